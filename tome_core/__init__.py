@@ -1,0 +1,32 @@
+"""ToMe for Stable Diffusion: token merging for LDM/SGM and diffusers UNets, in pure PyTorch.
+
+`apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly.
+"""
+
+from tome_core.config import LEVELS, FieldSpec, TomeConfig, field_spec, field_specs
+from tome_core.patch import (
+    LevelInfo,
+    apply_patch,
+    describe,
+    find_unet,
+    get_config,
+    is_patched,
+    remove_patch,
+    set_step,
+)
+
+__all__ = [
+    "LEVELS",
+    "FieldSpec",
+    "LevelInfo",
+    "TomeConfig",
+    "apply_patch",
+    "describe",
+    "field_spec",
+    "field_specs",
+    "find_unet",
+    "get_config",
+    "is_patched",
+    "remove_patch",
+    "set_step",
+]

@@ -1,0 +1,311 @@
+"""The one description of every ToMe parameter.
+
+`TomeConfig` is frozen and validated on construction. Everything else (the WebUI controls, API parsing,
+infotext keys, XYZ axes, the benchmark's options) reads the field table from `field_specs()` instead of
+restating names, defaults or ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+MaxDownsample = Union[Literal["auto"], int]
+
+#: The downsampling levels a Stable Diffusion UNet has (1 = full latent resolution).
+LEVELS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a caller may put in one `TomeConfig` field."""
+
+    name: str
+    label: str
+    help: str
+    kind: type  # float, int, bool or str; a field with choices may mix "auto" and ints
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None
+    choices: tuple[Any, ...] | None = None
+    optional: bool = False  # None is allowed
+    advanced: bool = False  # shown folded away in UIs
+
+    def allowed(self) -> str:
+        """A human-readable statement of the allowed values, used in every error message."""
+        if self.choices is not None:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.kind is bool:
+            text = "true or false"
+        elif self.minimum is not None and self.maximum is not None:
+            word = "an integer" if self.kind is int else "a number"
+            text = f"{word} in [{_num(self.minimum)}, {_num(self.maximum)}]"
+        else:
+            text = "an integer" if self.kind is int else "a number"
+        return text + (" or None" if self.optional else "")
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def _spec(kind: type, label: str, help: str, **kw: Any) -> Any:
+    """Declare a dataclass field whose metadata carries its `FieldSpec` (name filled in later)."""
+    default = kw.pop("default")
+    return field(default=default, metadata={"spec": dict(kind=kind, label=label, help=help, default=default, **kw)})
+
+
+@dataclass(frozen=True)
+class TomeConfig:
+    """Every ToMe parameter, its default and allowed range. Invalid values raise on construction.
+
+    Field names and defaults follow tomesd's `apply_patch` keywords where tomesd has them, so
+    `tome_core.apply_patch(model, ratio=0.5, sx=2, ...)` is a drop-in call.
+    """
+
+    ratio: float = _spec(
+        float,
+        "Ratio",
+        "Share of tokens merged away in each patched block. Higher is faster and less faithful.",
+        default=0.5,
+        minimum=0.0,
+        maximum=0.95,
+        step=0.05,
+    )
+    max_downsample: MaxDownsample = _spec(
+        int,
+        "Max downsample",
+        "Merge in blocks at most this many times downsampled (1, 2, 4, 8). 'auto' = the first level that has"
+        " attention (1 for SD1/SD2, 2 for SDXL). Deeper levels add speed and cost fidelity.",
+        default="auto",
+        choices=("auto", *LEVELS),
+    )
+    sx: int = _spec(
+        int,
+        "Stride x",
+        "Width of the cell holding one destination token. Larger strides allow higher ratios but match coarser.",
+        default=2,
+        minimum=1,
+        maximum=8,
+        step=1,
+    )
+    sy: int = _spec(
+        int,
+        "Stride y",
+        "Height of the cell holding one destination token. Larger strides allow higher ratios but match coarser.",
+        default=2,
+        minimum=1,
+        maximum=8,
+        step=1,
+    )
+    use_rand: bool = _spec(
+        bool,
+        "Random partitions",
+        "Pick each cell's destination at random (seeded) instead of its top-left token; avoids grid artifacts.",
+        default=True,
+        advanced=True,
+    )
+    merge_attn: bool = _spec(
+        bool,
+        "Merge self-attention",
+        "Merge tokens for self-attention: most of the speed-up, little fidelity cost.",
+        default=True,
+        advanced=True,
+    )
+    merge_crossattn: bool = _spec(
+        bool,
+        "Merge cross-attention",
+        "Also merge for cross-attention: a little faster, follows the prompt less closely.",
+        default=False,
+        advanced=True,
+    )
+    merge_mlp: bool = _spec(
+        bool,
+        "Merge MLP",
+        "Also merge for the feed-forward layer: faster, clearly less detail.",
+        default=False,
+        advanced=True,
+    )
+    seed: int | None = _spec(
+        int,
+        "Seed",
+        "Seed of the private generator for random partitions. None uses a fixed default; the global RNG is never used.",
+        default=None,
+        minimum=0,
+        maximum=2**32 - 1,
+        step=1,
+        optional=True,
+        advanced=True,
+    )
+
+    mode: str = _spec(
+        str,
+        "Mode",
+        "'merge': ToMe, merge similar tokens around each patched module and copy results back. 'kv': keep every"
+        " query and attend to keys/values pooled over sx*sy cells (ToDo); ratio and matching are then unused.",
+        default="merge",
+        choices=("merge", "kv"),
+    )
+    matching: str = _spec(
+        str,
+        "Matching",
+        "'local': each token is compared only with destinations in its own and the 8 neighbouring cells (cheap)."
+        " 'global': with every destination, as tomesd does (costly at high resolution).",
+        default="local",
+        choices=("local", "global"),
+        advanced=True,
+    )
+    step_start: float = _spec(
+        float,
+        "Start at step",
+        "Fraction of the sampling steps after which merging starts (0 = from the first step).",
+        default=0.0,
+        minimum=0.0,
+        maximum=1.0,
+        step=0.05,
+        advanced=True,
+    )
+    step_end: float = _spec(
+        float,
+        "End at step",
+        "Fraction of the sampling steps after which merging stops; lower keeps the last steps' fine detail.",
+        default=1.0,
+        minimum=0.0,
+        maximum=1.0,
+        step=0.05,
+        advanced=True,
+    )
+
+    def __post_init__(self) -> None:
+        for spec in field_specs():
+            object.__setattr__(self, spec.name, _check(spec, getattr(self, spec.name)))
+        if self.step_start >= self.step_end:
+            raise ValueError(
+                f"TomeConfig.step_start must be less than step_end, got step_start={self.step_start},"
+                f" step_end={self.step_end}"
+            )
+
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def max_ratio(self) -> float:
+        """The largest share of tokens the strides let merge: 1 - 1/(sx*sy)."""
+        return 1.0 - 1.0 / (self.sx * self.sy)
+
+    @property
+    def effective_ratio(self) -> float:
+        """The ratio that will actually be merged: `ratio` capped by the strides."""
+        return min(self.ratio, self.max_ratio)
+
+    @property
+    def is_capped(self) -> bool:
+        return self.ratio > self.max_ratio + 1e-9
+
+    @property
+    def is_noop(self) -> bool:
+        """True when the patch cannot change any output."""
+        if self.mode == "kv":
+            return self.sx * self.sy == 1 or not self.merge_attn
+        no_target = not (self.merge_attn or self.merge_crossattn or self.merge_mlp)
+        return self.effective_ratio <= 0.0 or no_target
+
+    def active_at(self, fraction: float) -> bool:
+        """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""
+        return self.step_start <= fraction < self.step_end or (self.step_end >= 1.0 and fraction >= 1.0)
+
+    def merges_level(self, level: int, first_attention_level: int) -> bool:
+        """Whether blocks at `level` (1, 2, 4, ...) are merged, `first_attention_level` resolving 'auto'."""
+        limit = first_attention_level if self.max_downsample == "auto" else int(self.max_downsample)
+        return level <= limit
+
+    def warn_if_capped(self) -> None:
+        if self.is_capped:
+            warnings.warn(
+                f"TomeConfig.ratio={self.ratio} exceeds what strides sx={self.sx}, sy={self.sy} allow;"
+                f" merging {self.effective_ratio:.3f} of the tokens (the maximum is 1 - 1/(sx*sy)).",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------------ conversions
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, base: TomeConfig | None = None) -> TomeConfig:
+        """Build from a mapping of field names; unknown names raise `ValueError` listing the known ones."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"TomeConfig values must be a mapping of field names, got {type(values).__name__}")
+        known = {s.name for s in field_specs()}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TomeConfig field(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+        start = base.to_dict() if base is not None else {}
+        start.update(values)
+        return cls(**start)
+
+    def replace(self, **changes: Any) -> TomeConfig:
+        return self.from_dict(changes, base=self)
+
+
+def field_specs() -> tuple[FieldSpec, ...]:
+    """The field table, in declaration order."""
+    return tuple(FieldSpec(name=f.name, **f.metadata["spec"]) for f in dataclasses.fields(TomeConfig))
+
+
+def field_spec(name: str) -> FieldSpec:
+    for spec in field_specs():
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def _fail(spec: FieldSpec, value: Any, exc: type[Exception]) -> Exception:
+    return exc(f"TomeConfig.{spec.name} must be {spec.allowed()}, got {value!r}")
+
+
+def _check(spec: FieldSpec, value: Any) -> Any:
+    """Validate and normalise one field value; raise TypeError/ValueError naming the field."""
+    if value is None:
+        if spec.optional:
+            return None
+        raise _fail(spec, value, TypeError)
+    if spec.kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise _fail(spec, value, TypeError)
+    if spec.choices is not None:
+        if isinstance(value, str):
+            if value in spec.choices:
+                return value
+            raise _fail(spec, value, ValueError)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _fail(spec, value, TypeError)
+        if float(value).is_integer() and int(value) in spec.choices:
+            return int(value)
+        raise _fail(spec, value, ValueError)
+    if spec.kind is str:
+        if isinstance(value, str):
+            return value
+        raise _fail(spec, value, TypeError)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(spec, value, TypeError)
+    if spec.kind is int:
+        if not float(value).is_integer():
+            raise _fail(spec, value, ValueError)
+        value = int(value)
+    else:
+        value = float(value)
+        if not math.isfinite(value):
+            raise _fail(spec, value, ValueError)
+    if spec.minimum is not None and value < spec.minimum:
+        raise _fail(spec, value, ValueError)
+    if spec.maximum is not None and value > spec.maximum:
+        raise _fail(spec, value, ValueError)
+    return value

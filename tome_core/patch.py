@@ -1,0 +1,370 @@
+"""Apply and remove token merging on a UNet instance through forward hooks.
+
+Nothing here changes a class: every patch is a set of hooks registered on the model's own modules, recorded
+in one state object on the UNet, and `remove_patch` removes exactly those. The WebUI's built-in token
+merging (tomesd) unpatches by the class name `ToMeBlock` and the attribute `_tome_info`; we use neither,
+so the two never undo each other.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from tome_core.config import LEVELS, TomeConfig
+from tome_core.merge import Merge, bipartite_soft_matching_random2d, kv_downsample, random2d_slots
+
+STATE_ATTR = "_tome_sd_state"
+
+#: Timesteps the SD noise schedules were trained with; maps a timestep to a sampling fraction.
+_TRAIN_TIMESTEPS = 1000
+#: Seed used when the config leaves `seed` as None.
+_DEFAULT_SEED = 0x70E5
+
+
+@dataclass(frozen=True)
+class LevelInfo:
+    """What `describe` reports for one downsampling level of a UNet at a given image size."""
+
+    level: int
+    blocks: int
+    merging: int
+    tokens: int
+    tokens_after: int
+
+
+@dataclass
+class _Block:
+    """One patched transformer block and the merge plan of its current call."""
+
+    index: int
+    level: int
+    kv_kw: str  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
+    merge: Merge | None = None
+    unmerge: Merge | None = None
+    grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
+
+
+@dataclass
+class _State:
+    config: TomeConfig
+    first_attention_level: int
+    handles: list[RemovableHandle] = field(default_factory=list)
+    latent: tuple[int, int] | None = None
+    grids: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)  # tokens -> (level, h, w)
+    active: bool = True
+    call_key: int = 0
+    step: tuple[int, int] | None = None
+
+
+# ---------------------------------------------------------------------------------------------- finding
+
+
+def find_unet(model: Any) -> nn.Module:
+    """The UNet inside a WebUI/LDM/SGM model (`.model.diffusion_model`), a diffusers pipeline (`.unet`) or itself."""
+    inner = getattr(getattr(model, "model", None), "diffusion_model", None)
+    if isinstance(inner, nn.Module):
+        return inner
+    unet = getattr(model, "unet", None)
+    if isinstance(unet, nn.Module):
+        return unet
+    if isinstance(model, nn.Module) and _is_unet(model):
+        return model
+    raise TypeError(
+        f"{type(model).__name__} has no UNet: expected a UNet (ldm/sgm UNetModel, diffusers UNet2DConditionModel),"
+        " a model with .model.diffusion_model (WebUI/LDM/SGM) or a pipeline with .unet"
+    )
+
+
+def _is_unet(module: nn.Module) -> bool:
+    return any(hasattr(module, a) for a in ("input_blocks", "down_blocks")) or any(
+        _is_block(m) for m in module.modules()
+    )
+
+
+def _is_block(module: nn.Module) -> bool:
+    return any(c.__name__ == "BasicTransformerBlock" for c in type(module).__mro__) and hasattr(module, "attn1")
+
+
+def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
+    """Transformer blocks in forward order with their downsampling level, read from the module tree.
+
+    Registration order inside each stage follows the forward order (attentions before the down/upsampler),
+    but diffusers registers `up_blocks` before `mid_block`, so stages are visited in forward order explicitly.
+    """
+    stages = [getattr(unet, n) for n in ("input_blocks", "middle_block", "output_blocks") if hasattr(unet, n)]
+    if not stages:
+        stages = [getattr(unet, n) for n in ("down_blocks", "mid_block", "up_blocks") if getattr(unet, n, None)]
+    if not stages:
+        stages = [unet]
+    level = 1
+    found: list[tuple[nn.Module, int]] = []
+    for stage in stages:
+        for module in stage.modules():
+            name = type(module).__name__
+            if _is_block(module):
+                found.append((module, level))
+            elif name.startswith("Downsample"):
+                level *= 2
+            elif name.startswith("Upsample"):
+                level = max(1, level // 2)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- public API
+
+
+def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) -> Any:
+    """Patch `model`'s UNet with token merging and return `model`.
+
+    Takes a `TomeConfig`, tomesd-style keywords (`ratio=0.5, sx=2, ...`), or both (keywords override the
+    config). Applying again replaces the previous patch. Invalid values raise `ValueError`/`TypeError` naming
+    the field, and leave the model untouched.
+    """
+    if config is not None and not isinstance(config, TomeConfig):
+        raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
+    config = TomeConfig.from_dict(fields, base=config)
+    unet = find_unet(model)
+    blocks = _structural_levels(unet)
+    if not blocks:
+        raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")
+    config.warn_if_capped()
+
+    remove_patch(model)
+    state = _State(config=config, first_attention_level=min(level for _, level in blocks))
+    state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
+    for index, (module, level) in enumerate(blocks):
+        _patch_block(state, module, _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1)))
+    setattr(unet, STATE_ATTR, state)
+    return model
+
+
+def remove_patch(model: Any) -> Any:
+    """Remove our patch from `model`'s UNet, restoring it exactly; a no-op when it is not patched."""
+    unet = find_unet(model)
+    state = unet.__dict__.pop(STATE_ATTR, None)
+    if state is not None:
+        for handle in state.handles:
+            handle.remove()
+        state.handles.clear()
+    return model
+
+
+def is_patched(model: Any) -> bool:
+    return STATE_ATTR in find_unet(model).__dict__
+
+
+def get_config(model: Any) -> TomeConfig | None:
+    state = find_unet(model).__dict__.get(STATE_ATTR)
+    return state.config if state is not None else None
+
+
+def set_step(model: Any, step: int | None, total: int | None) -> None:
+    """Tell the patch which sampler step runs next, for the step window; None falls back to the timestep.
+
+    Samplers that evaluate the UNet twice per step should report the same step for both calls.
+    """
+    state = find_unet(model).__dict__.get(STATE_ATTR)
+    if state is None:
+        return
+    if step is None or total is None or total <= 0:
+        state.step = None
+    else:
+        state.step = (int(step), int(total))
+
+
+def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
+    """Per downsampling level: transformer blocks, how many merge, tokens before and after, at an image size.
+
+    `height`/`width` are in pixels (latent = pixels / 8). Uses the model's current patch config, else `config`,
+    else the defaults.
+    """
+    unet = find_unet(model)
+    config = config or get_config(model) or TomeConfig()
+    blocks = _structural_levels(unet)
+    if not blocks:
+        return []
+    first = min(level for _, level in blocks)
+    lat_h, lat_w = math.ceil(height / 8), math.ceil(width / 8)
+    out = []
+    for level in LEVELS:
+        count = sum(1 for _, lv in blocks if lv == level)
+        if not count:
+            continue
+        h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
+        tokens = h * w
+        merging = count if config.merges_level(level, first) and not config.is_noop else 0
+        after = tokens
+        if merging and config.mode == "merge":
+            after = tokens - min(int(tokens * config.effective_ratio), tokens - (h // config.sy) * (w // config.sx))
+        elif merging:
+            after = math.ceil(h / config.sy) * math.ceil(w / config.sx)  # keys/values attended to
+        out.append(LevelInfo(level=level, blocks=count, merging=merging, tokens=tokens, tokens_after=after))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- hooks
+
+
+def _kv_keyword(attn: nn.Module) -> str:
+    """diffusers' Attention takes keys/values as `encoder_hidden_states`; ldm/sgm CrossAttention as `context`."""
+    return "encoder_hidden_states" if type(attn).__module__.startswith("diffusers") else "context"
+
+
+def _first_arg(args: tuple[Any, ...], kwargs: dict[str, Any], *names: str) -> Any:
+    if args:
+        return args[0]
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    return None
+
+
+def _unet_pre_hook(state: _State) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        x = _first_arg(args, kwargs, "x", "sample")
+        latent = (int(x.shape[-2]), int(x.shape[-1]))
+        if latent != state.latent:
+            state.latent = latent
+            state.grids = {}
+        config = state.config
+        timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
+        needs_t = config.use_rand or (state.step is None and (config.step_start > 0 or config.step_end < 1))
+        t = _timestep_value(timestep) if needs_t else 0.0
+        if state.step is not None:
+            fraction = state.step[0] / state.step[1]
+        else:
+            fraction = 1.0 - t / _TRAIN_TIMESTEPS
+        state.active = config.active_at(fraction)
+        # Keyed on the timestep, so cond and uncond passes of one step share partitions even when the
+        # sampler runs them as separate batches.
+        state.call_key = round(t * 1000)
+
+    return hook
+
+
+def _timestep_value(timestep: Any) -> float:
+    if timestep is None:
+        return 0.0
+    if isinstance(timestep, torch.Tensor):
+        return float(timestep.reshape(-1)[0]) if timestep.numel() else 0.0
+    return float(timestep)
+
+
+def _grid(state: _State, tokens: int) -> tuple[int, int, int] | None:
+    """(level, h, w) of a block seeing `tokens` tokens in the current call, or None if it fits no level."""
+    if tokens not in state.grids:
+        found = None
+        lat_h, lat_w = state.latent or (0, 0)
+        for level in (*LEVELS, 16, 32):
+            h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
+            if h * w == tokens:
+                found = (level, h, w)
+                break
+        state.grids[tokens] = found
+    return state.grids[tokens]
+
+
+def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
+    config = state.config
+    if config.is_noop or not config.merges_level(slot.level, state.first_attention_level):
+        return
+    handles = state.handles
+    handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
+    handles.append(block.register_forward_hook(_block_post_hook(slot)))
+    if config.mode == "kv":
+        if not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False):
+            handles.append(block.attn1.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
+        return
+    targets = [("attn1", config.merge_attn), ("attn2", config.merge_crossattn), ("ff", config.merge_mlp)]
+    for name, wanted in targets:
+        module = getattr(block, name, None)
+        if wanted and isinstance(module, nn.Module):
+            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot), with_kwargs=True))
+            handles.append(module.register_forward_hook(_unmerge_post_hook(slot)))
+
+
+def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        slot.merge = slot.unmerge = None
+        slot.grid = None
+        if not state.active or state.latent is None:
+            return
+        x = _first_arg(args, kwargs, "x", "hidden_states")
+        if x is None or x.dim() != 3:
+            return
+        grid = _grid(state, x.shape[1])
+        if grid is None:
+            return
+        level, h, w = grid
+        config = state.config
+        if not config.merges_level(level, state.first_attention_level):
+            return
+        if config.mode == "kv":
+            slot.grid = (h, w)
+            return
+        r = int(x.shape[1] * config.effective_ratio)
+        generator = None
+        if config.use_rand:
+            generator = torch.Generator().manual_seed(_partition_seed(config, state.call_key, slot.index))
+        slot.merge, slot.unmerge = bipartite_soft_matching_random2d(
+            x, w, h, config.sx, config.sy, r, no_rand=not config.use_rand, generator=generator, matching=config.matching
+        )
+
+    return hook
+
+
+def _partition_seed(config: TomeConfig, call_key: int, block_index: int) -> int:
+    seed = _DEFAULT_SEED if config.seed is None else config.seed
+    return zlib.crc32(f"{seed}:{call_key}:{block_index}".encode())
+
+
+def _block_post_hook(slot: _Block) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # Drop the plan so its index tensors are not kept alive between calls.
+        slot.merge = slot.unmerge = None
+        slot.grid = None
+
+    return hook
+
+
+def _merge_pre_hook(slot: _Block) -> Callable[..., Any]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if slot.merge is None:
+            return None
+        if args:
+            return (slot.merge(args[0]), *args[1:]), kwargs
+        for name in ("x", "hidden_states"):
+            if name in kwargs:
+                return args, {**kwargs, name: slot.merge(kwargs[name])}
+        return None
+
+    return hook
+
+
+def _unmerge_post_hook(slot: _Block) -> Callable[..., Any]:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        if slot.unmerge is None or not isinstance(output, torch.Tensor):
+            return None
+        return slot.unmerge(output)
+
+    return hook
+
+
+def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if slot.grid is None or kwargs.get(slot.kv_kw) is not None:
+            return None
+        x = _first_arg(args, kwargs, "x", "hidden_states")
+        h, w = slot.grid
+        pooled = kv_downsample(x, w, h, state.config.sx, state.config.sy)
+        return args, {**kwargs, slot.kv_kw: pooled}
+
+    return hook
