@@ -16,10 +16,6 @@ import torch.nn.functional as F
 
 Merge = Callable[[torch.Tensor], torch.Tensor]
 
-#: Offsets (dy, dx) of the 3x3 neighbourhood of cells that local matching searches, row-major.
-_NEIGHBOURS = tuple((dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1))
-
-
 def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
@@ -41,105 +37,53 @@ def random2d_slots(
     return slots.to(device, non_blocking=True)
 
 
-def _partition(h: int, w: int, sx: int, sy: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token indices of destinations [hs*ws] (cell order) and of sources [N - hs*ws] (ascending)."""
+def _partition(w: int, sx: int, sy: int, slots: torch.Tensor) -> torch.Tensor:
+    """Token indices of the destinations, [hs*ws] in cell order."""
     hs, ws = slots.shape
-    device = slots.device
-    rows = torch.arange(hs, device=device).view(hs, 1) * sy + torch.div(slots, sx, rounding_mode="floor")
-    cols = torch.arange(ws, device=device).view(1, ws) * sx + slots % sx
-    dst_tok = (rows * w + cols).reshape(-1)
-    is_dst = torch.zeros(h * w, dtype=torch.int8, device=device)
-    is_dst[dst_tok] = 1
-    # A stable sort puts sources first in ascending order without a host sync (unlike nonzero()).
-    src_tok = torch.sort(is_dst, stable=True).indices[: h * w - hs * ws]
-    return dst_tok, src_tok
+    rows = torch.arange(hs, device=slots.device).view(hs, 1) * sy + torch.div(slots, sx, rounding_mode="floor")
+    cols = torch.arange(ws, device=slots.device).view(1, ws) * sx + slots % sx
+    return (rows * w + cols).reshape(-1)
 
 
 def _match_global(
-    metric: torch.Tensor, dst_tok: torch.Tensor, src_tok: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """All-to-all matching (as tomesd). Returns src token ids [Ns], best score [B, Ns], best dst number [B, Ns]."""
-    a = metric.index_select(1, src_tok)  # [B, Ns, C]
-    b = metric.index_select(1, dst_tok)  # [B, Nd, C]
-    scores = a @ b.transpose(1, 2)  # [B, Ns, Nd]
-    node_max, node_idx = scores.max(dim=-1)
-    return src_tok, node_max, node_idx
-
-
-def _neighbour_cells(cy: torch.Tensor, cx: torch.Tensor, hs: int, ws: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cell numbers [..., 9] of the 3x3 neighbourhood of cells (cy, cx) and whether each lies on the grid."""
-    dy = torch.tensor([o[0] for o in _NEIGHBOURS], device=cy.device)
-    dx = torch.tensor([o[1] for o in _NEIGHBOURS], device=cy.device)
-    ny = cy.unsqueeze(-1) + dy  # [..., 9]
-    nx = cx.unsqueeze(-1) + dx
-    valid = (ny >= 0) & (ny < hs) & (nx >= 0) & (nx < ws)
-    cells = ny.clamp(0, hs - 1) * ws + nx.clamp(0, ws - 1)
-    return cells, valid
+    metric: torch.Tensor, unit_dst: torch.Tensor, h: int, w: int, sx: int, sy: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All-to-all matching (tomesd's rule). Returns raw best score [B, N] and best dst number [B, N]."""
+    scores = metric @ unit_dst.transpose(1, 2)  # [B, N, Nd]
+    return scores.max(dim=-1)
 
 
 def _match_local(
-    metric: torch.Tensor, h: int, w: int, sx: int, sy: int, slots: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Match each source only against the destinations of its own and the 8 neighbouring cells.
+    metric: torch.Tensor, unit_dst: torch.Tensor, h: int, w: int, sx: int, sy: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Match each token only against destinations in its own and the two adjacent rows of cells.
 
-    Cost is O(N * 9 * C) instead of O(N * N/(sx*sy) * C). Returns src token ids [Ns] (in-grid sources in
-    cell order, then the ragged right/bottom remainder), best score [B, Ns] and best dst number [B, Ns].
+    The tokens of one row of cells are contiguous in memory and the destinations of three consecutive cell
+    rows are a strided view, so this is one batched matmul with no copy: O(N * 3*w/sx * C) instead of
+    O(N * N/(sx*sy) * C). Returns raw best score [B, N] and best dst number [B, N].
     """
-    B, _, C = metric.shape
-    hs, ws = slots.shape
-    k = sy * sx
-    device = metric.device
-    cells = hs * ws
+    B, N, C = metric.shape
+    hs, ws = h // sy, w // sx
+    rows = unit_dst.view(B, hs, ws, C)
+    # Edge rows repeated instead of zero padding: duplicates never win over the real row, zeros could.
+    padded = torch.cat([rows[:, :1], rows, rows[:, -1:]], dim=1).contiguous()  # [B, hs+2, ws, C]
+    band = padded.as_strided((B, hs, 3 * ws, C), (padded.stride(0), ws * C, C, 1))  # [B, hs, 3*ws, C]
+    grid_tokens = hs * sy * w
+    body = metric[:, :grid_tokens].reshape(B, hs, sy * w, C)
+    best, pick = (body @ band.transpose(-1, -2)).max(dim=-1)  # [B, hs, sy*w]
+    cell_row = torch.arange(hs, device=metric.device).view(1, hs, 1)
+    dst_row = (cell_row - 1 + torch.div(pick, ws, rounding_mode="floor")).clamp(0, hs - 1)
+    best_idx = dst_row * ws + pick % ws
+    best, best_idx = best.reshape(B, grid_tokens), best_idx.reshape(B, grid_tokens)
+    if grid_tokens == N:
+        return best, best_idx
+    # The ragged bottom rows (fewer than sy) match against the last band.
+    tail_best, tail_pick = (metric[:, grid_tokens:] @ band[:, -1].transpose(-1, -2)).max(dim=-1)
+    tail_row = (hs - 2 + torch.div(tail_pick, ws, rounding_mode="floor")).clamp(0, hs - 1)
+    return torch.cat([best, tail_best], dim=1), torch.cat([best_idx, tail_row * ws + tail_pick % ws], dim=1)
 
-    # [B, hs*ws, k, C]: the tokens of each whole cell, one copy of the in-grid part.
-    grid = metric.view(B, h, w, C)[:, : hs * sy, : ws * sx]
-    grid = grid.reshape(B, hs, sy, ws, sx, C).permute(0, 1, 3, 2, 4, 5).reshape(B, cells, k, C)
-    dst = grid.gather(2, slots.view(1, cells, 1, 1).expand(B, cells, 1, C)).view(B, hs, ws, C)
-    padded = F.pad(dst, (0, 0, 1, 1, 1, 1))  # [B, hs+2, ws+2, C]
-    near = torch.stack(
-        [padded[:, 1 + dy : 1 + dy + hs, 1 + dx : 1 + dx + ws] for dy, dx in _NEIGHBOURS], dim=-1
-    )  # [B, hs, ws, C, 9]
-    scores = grid @ near.view(B, cells, C, 9)  # [B, cells, k, 9]
 
-    cy = torch.arange(hs, device=device).view(hs, 1).expand(hs, ws).reshape(-1)
-    cx = torch.arange(ws, device=device).view(1, ws).expand(hs, ws).reshape(-1)
-    near_cells, valid = _neighbour_cells(cy, cx, hs, ws)  # [cells, 9]
-    scores = scores.masked_fill(~valid.view(1, cells, 1, 9), float("-inf"))
-
-    # The k-1 source slots of each cell skip its destination slot.
-    src_slot = torch.arange(k - 1, device=device).view(1, k - 1).expand(cells, k - 1)
-    src_slot = src_slot + (src_slot >= slots.view(cells, 1)).long()  # [cells, k-1]
-    scores = scores.gather(2, src_slot.view(1, cells, k - 1, 1).expand(B, cells, k - 1, 9))
-    node_max, pick = scores.max(dim=-1)  # [B, cells, k-1]
-    node_idx = near_cells.view(1, cells, 1, 9).expand(B, cells, k - 1, 9).gather(3, pick.unsqueeze(-1)).squeeze(-1)
-    ky = torch.div(src_slot, sx, rounding_mode="floor")
-    kx = src_slot % sx
-    src_tok = ((cy.view(cells, 1) * sy + ky) * w + cx.view(cells, 1) * sx + kx).reshape(-1)
-    node_max = node_max.reshape(B, -1)
-    node_idx = node_idx.reshape(B, -1)
-
-    if hs * sy == h and ws * sx == w:
-        return src_tok, node_max, node_idx
-
-    # Tokens right of / below the last whole cell: few, so a plain gather is cheap.
-    ys = torch.arange(h, device=device).view(h, 1).expand(h, w)
-    xs = torch.arange(w, device=device).view(1, w).expand(h, w)
-    outside = ((ys >= hs * sy) | (xs >= ws * sx)).reshape(-1)
-    rem_tok = torch.sort(outside.to(torch.int8), stable=True, descending=True).indices[: h * w - hs * sy * ws * sx]
-    ry = (rem_tok // w // sy).clamp(max=hs - 1)
-    rx = (rem_tok % w // sx).clamp(max=ws - 1)
-    rem_cells, rem_valid = _neighbour_cells(ry, rx, hs, ws)  # [R, 9]
-    dst_flat = dst.view(B, cells, C)
-    cand = dst_flat.index_select(1, rem_cells.reshape(-1)).view(B, -1, 9, C)  # [B, R, 9, C]
-    rem_scores = torch.einsum("brc,brkc->brk", metric.index_select(1, rem_tok), cand)
-    rem_scores = rem_scores.masked_fill(~rem_valid.unsqueeze(0), float("-inf"))
-    rem_max, rem_pick = rem_scores.max(dim=-1)
-    rem_idx = rem_cells.unsqueeze(0).expand(B, -1, 9).gather(2, rem_pick.unsqueeze(-1)).squeeze(-1)
-    return (
-        torch.cat([src_tok, rem_tok]),
-        torch.cat([node_max, rem_max], dim=1),
-        torch.cat([node_idx, rem_idx], dim=1),
-    )
+_MATCHERS = {"global": _match_global, "local": _match_local}
 
 
 def bipartite_soft_matching_random2d(
@@ -153,7 +97,6 @@ def bipartite_soft_matching_random2d(
     no_rand: bool = False,
     generator: torch.Generator | None = None,
     matching: str = "global",
-    slots: torch.Tensor | None = None,
 ) -> tuple[Merge, Merge]:
     """Partition tokens into sources and destinations and plan merging the r most similar sources.
 
@@ -165,8 +108,7 @@ def bipartite_soft_matching_random2d(
         no_rand: put each cell's destination in its top-left corner instead of a random slot.
         generator: private generator for the random slots (the global RNG is never drawn from).
         matching: "global" compares every source with every destination (tomesd's rule);
-            "local" only with the destinations of the 3x3 neighbouring cells.
-        slots: precomputed [h//sy, w//sx] destination slots, overriding no_rand/generator.
+            "local" only with the destinations in its own and the adjacent rows of cells.
 
     Returns:
         merge: [B, N, C] -> [B, N - r, C], averaging merged sources into their destination.
@@ -175,6 +117,8 @@ def bipartite_soft_matching_random2d(
     B, N, _ = metric.shape
     if N != h * w:
         raise ValueError(f"metric has {N} tokens but the grid is {h}x{w}")
+    if matching not in _MATCHERS:
+        raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
     hs, ws = h // sy, w // sx
     num_dst = hs * ws
     r = min(r, N - num_dst)
@@ -182,43 +126,39 @@ def bipartite_soft_matching_random2d(
         return identity, identity
 
     with torch.no_grad():
-        if slots is None:
-            slots = random2d_slots(hs, ws, sx, sy, no_rand=no_rand, generator=generator, device=metric.device)
-        dst_tok, src_tok = _partition(h, w, sx, sy, slots)
-        # Zero tokens stay zero instead of turning into NaN (tomesd divides by a zero norm).
-        unit = F.normalize(metric, dim=-1)
-        if matching == "local":
-            src_tok, node_max, node_idx = _match_local(unit, h, w, sx, sy, slots)
-        elif matching == "global":
-            src_tok, node_max, node_idx = _match_global(unit, dst_tok, src_tok)
-        else:
-            raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
-
-        num_src = src_tok.numel()
-        num_unm = num_src - r
-        order = node_max.argsort(dim=-1, descending=True)  # [B, Ns]
-        merged, kept = order[:, :r], order[:, r:]
-        into = node_idx.gather(1, merged)  # [B, r] destination number of each merged source
-        src_tok_b = src_tok.view(1, num_src).expand(B, num_src)
+        device = metric.device
+        slots = random2d_slots(hs, ws, sx, sy, no_rand=no_rand, generator=generator, device=device)
+        dst_tok = _partition(w, sx, sy, slots)
+        # Cosine similarity without normalising all N tokens: destinations are normalised (N/(sx*sy) rows),
+        # sources are divided by their norm after the max, which does not change their argmax.
+        unit_dst = F.normalize(metric.index_select(1, dst_tok), dim=-1)
+        best, into_all = _MATCHERS[matching](metric, unit_dst, h, w, sx, sy)
+        best = best / metric.norm(dim=-1).clamp_min(1e-12)
+        # Destinations never merge: ranked last, so the top r are sources only.
+        best.index_fill_(1, dst_tok, float("-inf"))
+        order = best.argsort(dim=-1, descending=True)  # [B, N]
+        num_unm = N - num_dst - r
+        merged, kept = order[:, :r], order[:, r : N - num_dst]
+        into = into_all.gather(1, merged)  # [B, r] destination number of each merged source
 
         # row[b, t]: the row of the merged tensor holding token t (unmerged sources first, then destinations).
-        row = torch.empty(B, N, dtype=torch.int64, device=metric.device)
-        row.scatter_(1, dst_tok.view(1, num_dst).expand(B, num_dst), torch.arange(num_unm, num_unm + num_dst, device=metric.device).expand(B, num_dst))
-        row.scatter_(1, src_tok_b.gather(1, kept), torch.arange(num_unm, device=metric.device).expand(B, num_unm))
-        row.scatter_(1, src_tok_b.gather(1, merged), into + num_unm)
+        row = torch.empty(B, N, dtype=torch.int64, device=device)
+        row[:, dst_tok] = torch.arange(num_unm, num_unm + num_dst, device=device)
+        row.scatter_(1, kept, torch.arange(num_unm, device=device).expand(B, num_unm))
+        row.scatter_(1, merged, into + num_unm)
         # Each destination averages itself and the sources merged into it.
-        count = torch.ones(B, num_dst, device=metric.device).scatter_add_(1, into, torch.ones(B, r, device=metric.device))
+        count = torch.ones(B, num_dst, device=device).scatter_add_(1, into, torch.ones(B, r, device=device))
         inv_count = count.reciprocal().unsqueeze(-1)  # [B, Nd, 1]
 
     def merge(x: torch.Tensor) -> torch.Tensor:
-        c = x.shape[-1]
-        out = x.new_zeros(B, num_unm + num_dst, c)
-        out.scatter_add_(1, row.unsqueeze(-1).expand(B, N, c), x)
+        out = x.new_zeros(B, num_unm + num_dst, x.shape[-1])
+        for b in range(B):
+            out[b].index_add_(0, row[b], x[b])
         out[:, num_unm:] *= inv_count.to(x.dtype)
         return out
 
     def unmerge(x: torch.Tensor) -> torch.Tensor:
-        return x.gather(1, row.unsqueeze(-1).expand(B, N, x.shape[-1]))
+        return torch.stack([x[b].index_select(0, row[b]) for b in range(B)])
 
     return merge, unmerge
 
