@@ -3,7 +3,7 @@
 `apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly.
 """
 
-from tome_core.config import LEVELS, FieldSpec, TomeConfig, field_spec, field_specs
+from tome_core.config import LEVELS, FieldSpec, TomeConfig, auto_levels, field_spec, field_specs
 from tome_core.patch import (
     LevelInfo,
     apply_patch,
@@ -21,6 +21,7 @@ __all__ = [
     "LevelInfo",
     "TomeConfig",
     "apply_patch",
+    "auto_levels",
     "describe",
     "field_spec",
     "field_specs",

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-MaxDownsample = Union[Literal["auto"], int]
+MaxDownsample = Literal["auto"] | int
 
 #: The downsampling levels a Stable Diffusion UNet has (1 = full latent resolution).
 LEVELS: tuple[int, ...] = (1, 2, 4, 8)
@@ -80,8 +80,9 @@ class TomeConfig:
     max_downsample: MaxDownsample = _spec(
         int,
         "Max downsample",
-        "Merge in blocks at most this many times downsampled (1, 2, 4, 8). 'auto' = the first level that has"
-        " attention (1 for SD1/SD2, 2 for SDXL). Deeper levels add speed and cost fidelity.",
+        "Merge in blocks at most this many times downsampled (1, 2, 4, 8). 'auto' = the first level with attention"
+        " (1 on SD1/SD2), plus deeper levels holding more transformer blocks (2 and 4 on SDXL). Deeper: faster,"
+        " less detail.",
         default="auto",
         choices=("auto", *LEVELS),
     )
@@ -218,10 +219,11 @@ class TomeConfig:
         """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""
         return self.step_start <= fraction < self.step_end or (self.step_end >= 1.0 and fraction >= 1.0)
 
-    def merges_level(self, level: int, first_attention_level: int) -> bool:
-        """Whether blocks at `level` (1, 2, 4, ...) are merged, `first_attention_level` resolving 'auto'."""
-        limit = first_attention_level if self.max_downsample == "auto" else int(self.max_downsample)
-        return level <= limit
+    def merges_level(self, level: int, auto_levels: Collection[int]) -> bool:
+        """Whether blocks at `level` (1, 2, 4, ...) merge; `auto_levels` (see `auto_levels`) resolves 'auto'."""
+        if self.max_downsample == "auto":
+            return level in auto_levels
+        return level <= int(self.max_downsample)
 
     def warn_if_capped(self) -> None:
         if self.is_capped:
@@ -245,13 +247,29 @@ class TomeConfig:
         known = {s.name for s in field_specs()}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown TomeConfig field(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown TomeConfig field(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
+            )
         start = base.to_dict() if base is not None else {}
         start.update(values)
         return cls(**start)
 
     def replace(self, **changes: Any) -> TomeConfig:
         return self.from_dict(changes, base=self)
+
+
+def auto_levels(blocks_per_level: Mapping[int, int]) -> frozenset[int]:
+    """The levels `max_downsample="auto"` merges, given how many transformer blocks each level holds.
+
+    The first level with attention (1 on SD1/SD2, 2 on SDXL, where tomesd's default of 1 merges nothing), plus
+    any deeper level holding more transformer blocks than it: SDXL keeps 60 of its 70 blocks at level 4, so
+    merging only level 2 would leave most of its attention untouched.
+    """
+    levels = sorted(level for level, count in blocks_per_level.items() if count > 0)
+    if not levels:
+        return frozenset()
+    first = levels[0]
+    return frozenset([first, *(lv for lv in levels[1:] if blocks_per_level[lv] > blocks_per_level[first])])
 
 
 def field_specs() -> tuple[FieldSpec, ...]:

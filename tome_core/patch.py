@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.config import LEVELS, TomeConfig
-from tome_core.merge import Merge, bipartite_soft_matching_random2d, kv_downsample, random2d_slots
+from tome_core.config import LEVELS, TomeConfig, auto_levels
+from tome_core.merge import Merge, bipartite_soft_matching_random2d, kv_downsample
 
 STATE_ATTR = "_tome_sd_state"
 
@@ -55,7 +55,7 @@ class _Block:
 @dataclass
 class _State:
     config: TomeConfig
-    first_attention_level: int
+    auto_levels: frozenset[int]
     handles: list[RemovableHandle] = field(default_factory=list)
     latent: tuple[int, int] | None = None
     grids: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)  # tokens -> (level, h, w)
@@ -118,6 +118,13 @@ def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
     return found
 
 
+def _auto_levels(blocks: list[tuple[nn.Module, int]]) -> frozenset[int]:
+    counts: dict[int, int] = {}
+    for _, level in blocks:
+        counts[level] = counts.get(level, 0) + 1
+    return auto_levels(counts)
+
+
 # ---------------------------------------------------------------------------------------------- public API
 
 
@@ -138,7 +145,7 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) 
     config.warn_if_capped()
 
     remove_patch(model)
-    state = _State(config=config, first_attention_level=min(level for _, level in blocks))
+    state = _State(config=config, auto_levels=_auto_levels(blocks))
     state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
     for index, (module, level) in enumerate(blocks):
         _patch_block(state, module, _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1)))
@@ -191,7 +198,7 @@ def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig
     blocks = _structural_levels(unet)
     if not blocks:
         return []
-    first = min(level for _, level in blocks)
+    auto = _auto_levels(blocks)
     lat_h, lat_w = math.ceil(height / 8), math.ceil(width / 8)
     out = []
     for level in LEVELS:
@@ -200,7 +207,7 @@ def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig
             continue
         h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
         tokens = h * w
-        merging = count if config.merges_level(level, first) and not config.is_noop else 0
+        merging = count if config.merges_level(level, auto) and not config.is_noop else 0
         after = tokens
         if merging and config.mode == "merge":
             after = tokens - min(int(tokens * config.effective_ratio), tokens - (h // config.sy) * (w // config.sx))
@@ -274,7 +281,7 @@ def _grid(state: _State, tokens: int) -> tuple[int, int, int] | None:
 
 def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     config = state.config
-    if config.is_noop or not config.merges_level(slot.level, state.first_attention_level):
+    if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
         return
     handles = state.handles
     handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
@@ -305,7 +312,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
             return
         level, h, w = grid
         config = state.config
-        if not config.merges_level(level, state.first_attention_level):
+        if not config.merges_level(level, state.auto_levels):
             return
         if config.mode == "kv":
             slot.grid = (h, w)
