@@ -1,0 +1,252 @@
+"""The benchmark (`python -m tome_core.bench`) and its architectures: a fast in-process smoke run on a tiny
+UNet, option parsing derived from the field table, the SD1.5/SDXL configs and checkpoint loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tome_core import archs, bench
+from tome_core.config import TomeConfig, field_specs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and the shared CI cores stay free); restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_bench_tiny_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench-out"
+    rng_before = torch.get_rng_state()
+    argv = ["--arch", "tiny", "--sizes", "64", "--ratios", "0.5", "--repeats", "1", "--threads", "1"]
+    code = bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
+    assert code == 0
+    assert torch.equal(torch.get_rng_state(), rng_before), "the benchmark must leave the global RNG alone"
+
+    printed = capsys.readouterr().out
+    assert "| arch | size | variant | ratio | median s | speed-up |" in printed
+    assert "PASS: tiny 64px: baseline output bitwise identical" in printed
+    for name in ("bench.md", "bench.png", "bench.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "bench.md").read_text()
+    assert "python -m tome_core.bench --arch tiny" in md and "torch threads: 1" in md
+    assert "use_rand=False" in md
+
+    data = json.loads((out / "bench.json").read_text())
+    rows = {(r["variant"], r["ratio"]): r for r in data["rows"]}
+    assert rows[("baseline", None)]["deviation"] == 0.0
+    assert rows[("baseline", None)]["speedup"] == 1.0
+    expected = {("ours", 0.5)} | ({("tomesd", 0.5)} if bench.load_tomesd()[0] is not None else set())
+    assert expected <= set(rows)
+    for key in expected:
+        row = rows[key]
+        assert row["error"] is None, row["error"]
+        assert row["deviation"] > 0.0, key
+        assert row["median_s"] > 0.0 and len(row["times_s"]) == 1
+    assert all(c["ok"] for c in data["checks"])
+    assert data["ours_config"]["use_rand"] is False
+
+
+def test_variants_subset_always_runs_baseline(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    code = bench.main(
+        ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
+    )
+    assert code == 0
+    variants = [r["variant"] for r in json.loads((out / "bench.json").read_text())["rows"]]
+    assert variants == ["baseline", "ours"]
+
+
+def test_set_parses_by_field_kind() -> None:
+    values = bench.parse_sets(
+        ["mode=kv", "max_downsample=2", "matching=global", "seed=none", "use_rand=off", "sx=4", "step_end=0.8"]
+    )
+    assert values == {
+        "mode": "kv",
+        "max_downsample": 2,
+        "matching": "global",
+        "seed": None,
+        "use_rand": False,
+        "sx": 4,
+        "step_end": 0.8,
+    }
+    assert bench.parse_sets(["max_downsample=auto"]) == {"max_downsample": "auto"}
+    # every field but ratio can be set with its default's text
+    for spec in field_specs():
+        if spec.name != "ratio":
+            text = "none" if spec.default is None else str(spec.default)
+            assert bench.parse_sets([f"{spec.name}={text}"]) == {spec.name: spec.default}
+
+
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [
+        ("mode=fast", ["mode", "'merge'", "'kv'"]),
+        ("max_downsample=3", ["max_downsample", "'auto'", "8"]),
+        ("use_rand=maybe", ["use_rand", "true or false"]),
+        ("sx=two", ["sx", "integer"]),
+        ("sx=9", ["sx", "[1, 8]"]),
+        ("nonsense=1", ["nonsense", "mode", "matching"]),
+        ("ratio=0.5", ["ratio", "--ratios"]),
+        ("mode", ["NAME=VALUE"]),
+        ("seed=none", []),  # valid
+    ],
+)
+def test_set_errors_name_field_and_allowed_values(item: str, words: list[str]) -> None:
+    if not words:
+        bench.parse_sets([item])
+        return
+    with pytest.raises(ValueError) as info:
+        bench.parse_sets([item])
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_options_exit_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, word in [
+        (["--set", "matching=nearest"], "matching"),
+        (["--ratios", "0.99"], "ratio"),
+        (["--sizes", "500"], "multiples of 8"),
+        (["--variants", "ours,fast"], "'fast'"),
+        (["--arch", "sd3"], "sd3"),
+        (["--set", "step_start=0.9", "--set", "step_end=0.5"], "step_start"),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            bench.parse_options(argv)
+        assert info.value.code == 2
+        assert word in capsys.readouterr().err
+
+
+def test_quick_and_defaults() -> None:
+    quick = bench.parse_options(["--quick"])
+    assert (quick.sizes, quick.ratios, quick.repeats) == ([(256, 256)], [0.5], 1)
+    full = bench.parse_options([])
+    assert full.sizes == [(512, 512), (1024, 1024)] and full.ratios == [0.3, 0.5, 0.7] and full.repeats == 3
+    assert full.dtype == torch.float32 and full.variants == ["baseline", "ours", "tomesd"]
+    assert bench.parse_options(["--sizes", "768x512"]).sizes == [(512, 768)]
+
+
+def _count(unet: torch.nn.Module) -> tuple[int, int]:
+    blocks = sum(type(m).__name__ == "BasicTransformerBlock" for m in unet.modules())
+    return sum(p.numel() for p in unet.parameters()), blocks
+
+
+def test_real_architectures_match_published_sizes() -> None:
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        sd15 = UNet2DConditionModel(**archs.SD15_CONFIG)
+        sdxl = UNet2DConditionModel(**archs.SDXL_CONFIG)
+    assert _count(sd15) == (859_520_964, 16)
+    assert _count(sdxl) == (2_567_463_684, 70)
+    assert type(sdxl.down_blocks[0]).__name__ == "DownBlock2D"  # SDXL: no attention at full resolution
+
+
+def test_make_inputs_shapes() -> None:
+    args, kwargs = archs.make_inputs("sdxl", 1024, 768, dtype="bf16")
+    latent, t = args
+    assert latent.shape == (2, 4, 128, 96) and latent.dtype == torch.bfloat16 and t.shape == (2,)
+    assert kwargs["encoder_hidden_states"].shape == (2, 77, 2048)
+    assert kwargs["added_cond_kwargs"]["text_embeds"].shape == (2, 1280)
+    assert kwargs["added_cond_kwargs"]["time_ids"][0].tolist() == [1024, 768, 0, 0, 1024, 768]
+    args, kwargs = archs.make_inputs("sd15", 512)
+    assert args[0].shape == (2, 4, 64, 64) and kwargs["encoder_hidden_states"].shape == (2, 77, 768)
+    assert "added_cond_kwargs" not in kwargs
+
+
+def test_build_unet_is_seeded_and_input_dependent() -> None:
+    a = archs.build_unet("tiny", seed=1)
+    b = archs.build_unet("tiny", seed=1)
+    c = archs.build_unet("tiny", seed=2)
+    sa, sc = a.state_dict(), c.state_dict()
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in sa.items())
+    assert not torch.equal(sa["conv_out.weight"], sc["conv_out.weight"])
+    assert all(v.abs().max() > 0 for v in sa.values()), "no parameter may stay zero"
+    args, kwargs = archs.make_inputs("tiny", 64, seed=0)
+    args2, _ = archs.make_inputs("tiny", 64, seed=1)
+    with torch.inference_mode():
+        out, out2 = a(*args, **kwargs).sample, a(*args2, **kwargs).sample
+    assert torch.isfinite(out).all()
+    assert (out - out2).norm() / out.norm() > 0.1, "the output must depend on the input"
+
+
+def test_load_checkpoint_diffusers_and_prefixed(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    src = archs.build_unet("tiny", seed=3)
+    state = {k: v.contiguous() for k, v in src.state_dict().items()}
+    plain, prefixed = tmp_path / "unet.safetensors", tmp_path / "pipe.safetensors"
+    save_file(state, str(plain))
+    save_file({"unet." + k: v.half() for k, v in state.items()}, str(prefixed))
+    for path, exact in ((plain, True), (prefixed, False)):
+        dst = archs.load_checkpoint(archs.build_unet("tiny", seed=4), path, "tiny")
+        for k, v in dst.state_dict().items():
+            assert v.dtype == torch.float32
+            if exact:
+                assert torch.equal(v, state[k]), k
+            else:
+                assert torch.equal(v, state[k].half().float()), k
+
+
+def test_load_checkpoint_errors(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    unet = archs.build_unet("tiny")
+    with pytest.raises(ValueError, match="safetensors"):
+        archs.load_checkpoint(unet, tmp_path / "model.ckpt", "tiny")
+    state = {k: v.contiguous() for k, v in unet.state_dict().items()}
+    del state["conv_out.bias"]
+    save_file(state, str(tmp_path / "partial.safetensors"))
+    with pytest.raises(ValueError, match=r"1 missing \(e.g. conv_out.bias\)"):
+        archs.load_checkpoint(unet, tmp_path / "partial.safetensors", "tiny")
+    wide = {"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": torch.zeros(320, 1024)}
+    save_file(wide, str(tmp_path / "sd2.safetensors"))
+    with pytest.raises(ValueError, match=r"1024-wide text states \(SD2.x\)"):
+        archs.load_checkpoint(unet, tmp_path / "sd2.safetensors", "tiny")
+
+
+def test_tome_config_fields_reach_ours(tmp_path: Path) -> None:
+    opts = bench.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
+    unet = archs.build_unet("tiny")
+    variants = bench.make_variants(opts, unet, None)
+    ours = [v for v in variants if v.kind == "ours"]
+    assert [v.ratio for v in ours] == opts.ratios
+    import tome_core
+
+    ours[0].apply(unet)
+    try:
+        assert tome_core.get_config(unet) == TomeConfig(ratio=opts.ratios[0], mode="kv", sx=4)
+    finally:
+        ours[0].remove(unet)
+    assert not tome_core.is_patched(unet)
+
+
+def test_missing_tomesd_is_skipped_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "load_tomesd", lambda: (None, "tomesd is not installed (test)"))
+    out = tmp_path / "o"
+    assert bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert [r["variant"] for r in data["rows"]] == ["baseline", "ours"]
+    assert "tomesd is not installed (test)" in data["notes"]
+    assert "- tomesd is not installed (test)" in (out / "bench.md").read_text()
+
+
+def test_sdxl_like_arch_runs_with_text_time_conditioning(tmp_path: Path) -> None:
+    """An SDXL-like UNet has no attention at full resolution: ours ('auto') merges at level 2, while tomesd's
+    default max_downsample=1 merges nothing, which the report points out."""
+    out = tmp_path / "o"
+    assert bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    rows = {r["variant"]: r for r in data["rows"]}
+    assert rows["ours"]["deviation"] > 0.0
+    if "tomesd" in rows:
+        assert rows["tomesd"]["deviation"] == 0.0
+        assert any("--tomesd-max-downsample auto" in n for n in data["notes"])
