@@ -108,6 +108,18 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return values
 
 
+def parse_extra_ours(item: str, base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`"kv:mode=kv,sx=4"` -> ("ours:kv", {**base, "mode": "kv", "sx": 4}), validated by TomeConfig."""
+    name, sep, body = item.partition(":")
+    name = name.strip()
+    if not sep or not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"--ours expects NAME:FIELD=VALUE[,FIELD=VALUE...] with a simple NAME, got {item!r}")
+    fields = parse_sets([part for part in body.split(",") if part.strip()])
+    merged = {**base, **fields}
+    TomeConfig.from_dict(merged)
+    return f"ours:{name}", merged
+
+
 def _csv(text: str, kind: Callable[[str], Any], what: str) -> list[Any]:
     try:
         items = [kind(part.strip()) for part in text.split(",") if part.strip()]
@@ -173,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a TomeConfig field for 'ours' (repeatable). {set_help}",
     )
     p.add_argument(
+        "--ours",
+        dest="extra_ours",
+        action="append",
+        default=[],
+        metavar="NAME:FIELD=VALUE[,FIELD=VALUE...]",
+        help="an extra configuration of ours, run side by side with the others at every ratio (repeatable),"
+        " e.g. --ours kv:mode=kv --ours global:matching=global; fields as for --set, on top of --set",
+    )
+    p.add_argument(
         "--tomesd-max-downsample",
         default="1",
         choices=("1", "2", "4", "8", "auto"),
@@ -201,6 +222,7 @@ class Options:
     threads: int | None
     variants: list[str]
     ours_fields: dict[str, Any]
+    extra_ours: list[tuple[str, dict[str, Any]]]
     tomesd_max_downsample: str
     seed: int
     timestep: int
@@ -224,6 +246,7 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise ValueError(f"--variants: unknown {', '.join(map(repr, bad))}; choose from {', '.join(VARIANTS)}")
         variants = [v for v in VARIANTS if v in variants or v == "baseline"]
         ours_fields = parse_sets(a.sets)
+        extra_ours = [parse_extra_ours(item, ours_fields) for item in a.extra_ours]
         if a.checkpoint and len(arches) != 1:
             raise ValueError("--checkpoint needs exactly one --arch")
         if a.checkpoint and not os.path.isfile(a.checkpoint):
@@ -252,6 +275,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         threads=a.threads,
         variants=variants,
         ours_fields=ours_fields,
+        extra_ours=extra_ours,
         tomesd_max_downsample=a.tomesd_max_downsample,
         seed=a.seed,
         timestep=a.timestep,
@@ -421,12 +445,12 @@ def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Va
         tomesd_md = _first_attention_level(unet)
     else:
         tomesd_md = int(opts.tomesd_max_downsample)
+    ours = [("ours", base_cfg)] if "ours" in opts.variants else []
+    ours += [(kind, TomeConfig.from_dict(fields)) for kind, fields in opts.extra_ours]
     for r in opts.ratios:
-        if "ours" in opts.variants:
-            cfg = base_cfg.replace(ratio=r)
-            variants.append(
-                Variant("ours", r, lambda u, cfg=cfg: tome_core.apply_patch(u, cfg), tome_core.remove_patch)
-            )
+        for kind, ours_cfg in ours:
+            cfg = ours_cfg.replace(ratio=r)
+            variants.append(Variant(kind, r, lambda u, cfg=cfg: tome_core.apply_patch(u, cfg), tome_core.remove_patch))
         if "tomesd" in opts.variants and tomesd is not None:
             rng = _SeededGlobalRng(opts.seed, opts.device)
 
@@ -647,6 +671,9 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
         groups.setdefault((r.arch, r.size), []).append(r)
     fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4.5), squeeze=False)
     styles = {"baseline": ("black", "x"), "ours": ("tab:blue", "o"), "tomesd": ("tab:orange", "s")}
+    extra_colors = iter(("tab:green", "tab:purple", "tab:red", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"))
+    for kind in dict.fromkeys(r.variant for r in rows if r.variant.startswith("ours:")):
+        styles[kind] = (next(extra_colors, "tab:gray"), "^")
     for ax, ((arch, size), group) in zip(axes[0], groups.items()):
         for kind, (color, marker) in styles.items():
             pts = [r for r in group if r.variant == kind and r.median_s is not None]
@@ -742,7 +769,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             tomesd_version = msg
     info = machine_info(opts, tomesd_version)
     runs_per_size = (1 + opts.repeats) * (
-        1 + len(opts.ratios) * (("ours" in opts.variants) + ("tomesd" in opts.variants and tomesd is not None))
+        1
+        + len(opts.ratios)
+        * (("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None))
     )
     rows: list[Row] = []
     checks: list[tuple[bool, str]] = []
