@@ -135,7 +135,8 @@ class TomeConfig:
     seed: int | None = _spec(
         int,
         "Seed",
-        "Seed of the private generator for random partitions. None uses a fixed default; the global RNG is never used.",
+        "Seed of the private generator for random partitions (None: a fixed default). Changes which tokens merge,"
+        " so the image varies slightly per seed; the WebUI's noise RNG is never touched.",
         default=None,
         minimum=0,
         maximum=2**32 - 1,
@@ -147,8 +148,9 @@ class TomeConfig:
     mode: str = _spec(
         str,
         "Mode",
-        "'merge': ToMe, merge similar tokens around each patched module and copy results back. 'kv': keep every"
-        " query and attend to keys/values pooled over sx*sy cells (ToDo); ratio and matching are then unused.",
+        "'merge': ToMe, merge similar tokens and copy results back. 'kv': keep every query, attend to keys/values"
+        " pooled over sx*sy cells (ToDo): no matching cost, keeps more detail per token, saves less at low"
+        " resolution. In 'kv' mode ratio and matching are unused.",
         default="merge",
         choices=("merge", "kv"),
     )
@@ -164,7 +166,8 @@ class TomeConfig:
     step_start: float = _spec(
         float,
         "Start at step",
-        "Fraction of the sampling steps after which merging starts (0 = from the first step).",
+        "Fraction of the sampling steps after which merging starts (0 = from the first step). Later: the layout"
+        " steps run unmerged, more faithful composition, less speed-up.",
         default=0.0,
         minimum=0.0,
         maximum=1.0,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 Merge = Callable[[torch.Tensor], torch.Tensor]
 
+
 def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
@@ -115,7 +116,7 @@ def bipartite_soft_matching_random2d(
         unmerge: [B, N - r, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
     """
     B, N, _ = metric.shape
-    if N != h * w:
+    if h * w != N:
         raise ValueError(f"metric has {N} tokens but the grid is {h}x{w}")
     if matching not in _MATCHERS:
         raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
@@ -172,7 +173,7 @@ def kv_downsample(x: torch.Tensor, w: int, h: int, sx: int, sy: int) -> torch.Te
         [B, ceil(h/sy) * ceil(w/sx), C]; ragged edge cells average only the tokens they hold.
     """
     B, N, C = x.shape
-    if N != h * w:
+    if h * w != N:
         raise ValueError(f"x has {N} tokens but the grid is {h}x{w}")
     if sx == 1 and sy == 1:
         return x

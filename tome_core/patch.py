@@ -190,7 +190,7 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
     """Per downsampling level: transformer blocks, how many merge, tokens before and after, at an image size.
 
-    `height`/`width` are in pixels (latent = pixels / 8). Uses the model's current patch config, else `config`,
+    `height`/`width` are in pixels (latent = pixels // 8). Uses the model's current patch config, else `config`,
     else the defaults.
     """
     unet = find_unet(model)
@@ -199,7 +199,7 @@ def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig
     if not blocks:
         return []
     auto = _auto_levels(blocks)
-    lat_h, lat_w = math.ceil(height / 8), math.ceil(width / 8)
+    lat_h, lat_w = height // 8, width // 8  # as the WebUI and diffusers size the latent
     out = []
     for level in LEVELS:
         count = sum(1 for _, lv in blocks if lv == level)

@@ -1,0 +1,356 @@
+"""javascript/tome.js in headless Chromium, on a gradio 3.41 page that mounts the real accordion (tests/browser/page.py).
+
+Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
+group shows only while the WebUI's Hires fix is on; the live token hint matches `tome_core.describe()` on the real
+SD1.5 and SDXL UNet architectures as width, height and the settings change, for the first pass and the hires pass.
+
+Run:  .venv/bin/python -m pytest -m browser tests/test_browser_ui.py
+Needs Debian's chromium and chromium-driver (`bash .ci/install-browser.sh`) and selenium (requirements-dev.txt).
+Without them the tests skip, unless TOME_REQUIRE_BROWSER=1 (CI), which makes that a failure. Other variables:
+TOME_CHROMIUM / TOME_CHROMEDRIVER (paths), TOME_UI_SCREENSHOT=/tmp/tome_ui.png (a PNG of the page with the
+accordion open and Hires fix on).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tome_core import TomeConfig, archs, describe
+from tome_webui.params import field_of, spec
+from tome_webui.ui import ELEM_ITEMS
+
+SELENIUM_ERROR = ""
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+except ImportError as exc:  # skipped (or failed, on CI) in the fixture, not at collection
+    webdriver = None
+    SELENIUM_ERROR = str(exc)
+
+pytestmark = pytest.mark.browser
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+PAGE = REPO_DIR / "tests" / "browser" / "page.py"
+REQUIRE = os.environ.get("TOME_REQUIRE_BROWSER", "") not in ("", "0")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1700",
+    # Offline and quick: every host but the page's fails at once (gradio's page asks a CDN for iframe-resizer).
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+)
+#: Elements that hold controls but are none themselves.
+CONTAINERS = frozenset({"cap_note", "advanced", "hires", "hr_settings"})
+WAIT_S = 15.0
+
+
+def need(ok: Any, reason: str) -> None:
+    if not ok:
+        if REQUIRE:
+            pytest.fail(f"{reason} (TOME_REQUIRE_BROWSER is set)")
+        pytest.skip(reason)
+
+
+def wait_for(what: str, get: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = WAIT_S) -> Any:
+    """Poll `get()` until `ok(value)`; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last value: {value!r}")
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def browser_paths() -> tuple[str, str]:
+    """(chromium, chromedriver); checked before anything starts, so a skip costs nothing."""
+    need(webdriver is not None, f"selenium is not installed ({SELENIUM_ERROR})")
+    chromium = shutil.which(os.environ.get("TOME_CHROMIUM") or "chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which(os.environ.get("TOME_CHROMEDRIVER") or "chromedriver")
+    need(chromium, "no chromium on PATH (bash .ci/install-browser.sh, or set TOME_CHROMIUM)")
+    need(chromedriver, "no chromedriver on PATH (bash .ci/install-browser.sh, or set TOME_CHROMEDRIVER)")
+    return chromium, chromedriver
+
+
+@pytest.fixture(scope="module")
+def page_url(browser_paths: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Serve tests/browser/page.py on 127.0.0.1 (a free port) in a subprocess: its gradio patches stay there."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("page") / "page.log"
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(PAGE), "--port", str(port)], cwd=REPO_DIR, env=env, stdout=log, stderr=log
+        )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 180  # importing torch and gradio takes a while on 2 busy cores
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the test page exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the test page did not come up:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def driver(browser_paths: tuple[str, str], page_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    chromium, chromedriver = browser_paths
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium  # with the driver's path below, selenium never downloads a browser
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        browser = webdriver.Chrome(service=webdriver.ChromeService(executable_path=chromedriver), options=options)
+    except WebDriverException as exc:
+        pytest.fail(f"chromium did not start: {exc.msg}")
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture
+def page(driver: Any, page_url: str) -> Any:
+    """A freshly loaded page, once tome.js has run (the token hints exist in both tabs)."""
+    driver.get(page_url)
+    wait_for(
+        "tome.js to set up both tabs",
+        lambda: driver.execute_script(
+            "return !!document.getElementById('script_txt2img_tome_token_hint')"
+            " && !!document.getElementById('script_img2img_tome_token_hint')"
+        ),
+        bool,
+        timeout=30,
+    )
+    yield driver
+    errors = [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if entry["level"] == "SEVERE" and entry.get("source") != "network"  # the CDN script the page cannot load
+    ]
+    assert not errors, f"errors in the browser console: {errors}"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def ours(tab: str, item: str) -> str:
+    return f"script_{tab}_tome_{item}"
+
+
+def element(driver: Any, css: str) -> Any:
+    return driver.find_element(By.CSS_SELECTOR, css)
+
+
+def title_of(driver: Any, css: str) -> str:
+    return driver.execute_script("var e = document.querySelector(arguments[0]); return e ? e.title : null;", css)
+
+
+def hint_lines(driver: Any, tab: str = "txt2img") -> list[str]:
+    text = driver.execute_script("return document.getElementById(arguments[0]).innerText", ours(tab, "token_hint"))
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def type_number(driver: Any, elem_id: str, value: float) -> None:
+    """Type into a slider's number box as a user would (select all, type, leave the box)."""
+    box = element(driver, f"#{elem_id} input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value), Keys.TAB)
+    wait_for(f"{elem_id} to hold {value}", lambda: float(box.get_property("value") or "nan"), lambda v: v == value)
+
+
+def click_radio(driver: Any, elem_id: str, value: str) -> None:
+    element(driver, f"#{elem_id} input[value='{value}']").click()
+
+
+def toggle_accordion(driver: Any, accordion_id: str, on: bool) -> None:
+    """Click the InputAccordion's visible checkbox, as a user turns it on or off."""
+    box = element(driver, f"#{accordion_id}-visible-checkbox")
+    if box.is_selected() != on:
+        box.click()
+    hidden = f"#{accordion_id}-checkbox input"
+    wait_for(
+        f"{accordion_id} to be {on}",
+        lambda: driver.execute_script(f"return document.querySelector('{hidden}').checked"),
+        lambda v: v == on,
+    )
+
+
+def displayed(driver: Any, elem_id: str) -> bool:
+    return element(driver, f"#{elem_id}").is_displayed()
+
+
+@functools.cache
+def real_unet(arch: str) -> Any:
+    """The real SD1.5 or SDXL UNet architecture, on the meta device: no weights, built in a fraction of a second."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        return UNet2DConditionModel(**archs.get_arch(arch).config)
+
+
+def expected_line(width: int, height: int, **values: Any) -> str:
+    """The token hint tome.js must show: tome_core.describe() on SD1.5, and for max_downsample 'auto' on SDXL too."""
+    config = TomeConfig(**values)
+    # The WebUI's latent is pixels // 8; describe() rounds up, so give it whole latent pixels.
+    height, width = height // 8 * 8, width // 8 * 8
+    unit = " keys/values" if config.mode == "kv" else " tokens"
+
+    def merged(arch: str, with_unit: bool) -> str:
+        infos = [info for info in describe(real_unet(arch), height, width, config) if info.merging]
+        return ", ".join(
+            f"{i.tokens} \u2192 {i.tokens_after}{unit if with_unit and n == 0 else ''} at 1/{i.level}"
+            for n, i in enumerate(infos)
+        )
+
+    text = merged("sd15", True)
+    if config.max_downsample == "auto":
+        text += f" (SDXL: {merged('sdxl', False)})"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("tab", ["txt2img", "img2img"])
+def test_every_control_has_a_hover_hint(page: Any, tab: str) -> None:
+    items = [item for item in ELEM_ITEMS if item not in CONTAINERS]
+    if tab == "img2img":
+        items = [item for item in items if not item.startswith("hr_")]
+    missing, wrong = [], []
+    for item in items:
+        # The InputAccordion's checkbox is hidden; its hint sits on the label row with the visible checkbox.
+        css = f"#{ours(tab, item)} > .label-wrap" if item == "enable" else f"#{ours(tab, item)}"
+        title = title_of(page, css)
+        if title is None:
+            missing.append(css)
+        elif item in ("enable", "hr_mode"):  # not TomeConfig fields: tome.js's own texts
+            if len(title) < 60:
+                wrong.append((item, title))
+        elif title != spec(field_of(item)).help:  # single source: the FieldSpec help, through tooltip=
+            wrong.append((item, title))
+    assert not missing, f"controls not on the page: {missing}"
+    assert not wrong, f"controls without their hover hint: {wrong}"
+    assert "SDXL" in title_of(page, f"#{ours(tab, 'token_hint')}")
+
+
+def test_hires_group_follows_hires_fix(page: Any) -> None:
+    toggle_accordion(page, ours("txt2img", "enable"), True)
+    group = ours("txt2img", "hires")
+    assert not displayed(page, group), "Hires fix is off: the ToMe hires group must be hidden"
+    assert all("Hires pass" not in line for line in hint_lines(page))
+
+    toggle_accordion(page, "txt2img_hr", True)
+    wait_for("the hires group to show", lambda: displayed(page, group), bool)
+    wait_for("a hires line in the hint", lambda: hint_lines(page), lambda lines: len(lines) == 2)
+
+    toggle_accordion(page, "txt2img_hr", False)
+    wait_for("the hires group to hide", lambda: displayed(page, group), lambda shown: not shown)
+    wait_for("the hires line to go", lambda: hint_lines(page), lambda lines: len(lines) == 1)
+
+    # Infotext pasted from Python turns Hires fix on through inputAccordionChecked (inputAccordion.js).
+    page.execute_script("inputAccordionChecked('txt2img_hr', true)")
+    wait_for("the hires group to show after a paste", lambda: displayed(page, group), bool)
+    assert page.find_elements(By.ID, ours("img2img", "hires")) == [], "img2img has no Hires fix pass group"
+
+
+def test_token_hint_follows_size_and_settings(page: Any) -> None:
+    toggle_accordion(page, ours("txt2img", "enable"), True)
+
+    def first_line_is(text: str) -> None:
+        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+
+    assert expected_line(512, 512).startswith("4096 \u2192 2048 tokens at 1/1")  # the oracle agrees with the spec
+    first_line_is(expected_line(512, 512))
+    type_number(page, "txt2img_width", 768)
+    first_line_is(expected_line(768, 512))
+    type_number(page, ours("txt2img", "ratio"), 0.9)  # above what 2x2 strides allow: capped at 0.75
+    first_line_is(expected_line(768, 512, ratio=0.9))
+    type_number(page, ours("txt2img", "sx"), 4)
+    first_line_is(expected_line(768, 512, ratio=0.9, sx=4))
+    type_number(page, "txt2img_height", 640)
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4))
+    click_radio(page, ours("txt2img", "max_downsample"), "2")
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, max_downsample=2))
+    click_radio(page, ours("txt2img", "mode"), "kv")
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, max_downsample=2, mode="kv"))
+    click_radio(page, ours("txt2img", "mode"), "merge")
+    first = {"ratio": 0.9, "sx": 4, "max_downsample": 2}
+
+    def hires_line_is(text: str) -> None:
+        wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
+
+    toggle_accordion(page, "txt2img_hr", True)
+    hires_line_is(f"Hires pass (1536\u00d71280): {expected_line(1536, 1280, **first)}")  # "Upscale by" 2
+    click_radio(page, ours("txt2img", "hr_mode"), "own")
+    wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
+    type_number(page, ours("txt2img", "hr_ratio"), 0.3)
+    hires_line_is(f"Hires pass (1536\u00d71280): {expected_line(1536, 1280, ratio=0.3)}")
+    type_number(page, "txt2img_hr_resize_x", 1024)  # height follows the aspect ratio: 1024 * 640 // 768
+    hires_line_is(f"Hires pass (1024\u00d7853): {expected_line(1024, 853, ratio=0.3)}")
+    first_line_is(expected_line(768, 640, **first))  # the first pass is unchanged
+
+    if os.environ.get("TOME_UI_SCREENSHOT"):
+        page.execute_script(f"document.getElementById('{ours('txt2img', 'enable')}').scrollIntoView()")
+        page.save_screenshot(os.environ["TOME_UI_SCREENSHOT"])
+
+    click_radio(page, ours("txt2img", "hr_mode"), "off")
+    hires_line_is("Hires pass (1024\u00d7853): no merging")
+
+    # img2img has its own size and settings.
+    page.find_element(By.XPATH, "//*[@id='tabs']//button[normalize-space()='img2img']").click()
+    toggle_accordion(page, ours("img2img", "enable"), True)
+    type_number(page, "img2img_height", 1024)
+    wait_for("the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(512, 1024)])
+
+    # A value set from Python (pasted infotext, ui-config) changes the input without any event: the poll sees it.
+    page.execute_script("document.querySelector('#img2img_width input[type=number]').value = 1024")
+    wait_for(
+        "the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(1024, 1024)]
+    )
