@@ -168,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ratios", default=None, help=f"merge ratios, comma-separated (default {DEFAULT_RATIOS})")
     p.add_argument("--repeats", type=int, default=None, help=f"timed runs per variant (default {DEFAULT_REPEATS})")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up rounds before the timed ones (default 1)")
     p.add_argument("--checkpoint", default=None, help="real UNet weights: .safetensors, diffusers or single-file SD")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -217,6 +218,7 @@ class Options:
     sizes: list[tuple[int, int]]
     ratios: list[float]
     repeats: int
+    warmup: int
     checkpoint: str | None
     out: Path
     threads: int | None
@@ -255,6 +257,8 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise ValueError(
                 f"--checkpoint must be a .safetensors file (pickled .ckpt is not loaded), got {a.checkpoint!r}"
             )
+        if a.warmup < 0:
+            raise ValueError(f"--warmup must be at least 0, got {a.warmup}")
         if a.threads is not None and a.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {a.threads}")
         if a.device == "cuda" and not torch.cuda.is_available():
@@ -270,6 +274,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         sizes=sizes,
         ratios=ratios,
         repeats=repeats,
+        warmup=a.warmup,
         checkpoint=a.checkpoint,
         out=Path(a.out),
         threads=a.threads,
@@ -526,9 +531,10 @@ def bench_size(
     base = variants[0]
     restore_ok = True
     max_diff = 0.0
-    for rep in range(1 + opts.repeats):  # round 0 is the warm-up
+    for rep in range(opts.warmup + opts.repeats):
+        warm = rep < opts.warmup
         for v in variants:
-            progress.set_postfix_str(f"{spec.name} {size_label}px {v.label}" + (" warm-up" if rep == 0 else ""))
+            progress.set_postfix_str(f"{spec.name} {size_label}px {v.label}" + (" warm-up" if warm else ""))
             if v.error is not None:
                 progress.update(1)
                 continue
@@ -554,11 +560,11 @@ def bench_size(
                 v.output = out
                 if mem is not None:
                     v.mems.append(mem)
-            else:
+            if not warm:
                 v.times.append(seconds)
                 if mem is not None and opts.device.type == "cuda":
                     v.mems.append(mem)
-                if v is base and not torch.equal(out, base.output):
+                if v is base and rep > 0 and not torch.equal(out, base.output):
                     max_diff = max(max_diff, float((out - base.output).abs().max()))
     if base.output is not None and not torch.isfinite(base.output).all():
         checks.append((False, f"{spec.name} {size_label}px: the baseline output is not finite ({opts.dtype_name})"))
@@ -584,6 +590,102 @@ def bench_size(
         dev = deviation(v.output, base.output) if v is not base else 0.0
         rows.append(Row(spec.name, size_label, v.kind, v.ratio, med, base_median / med, mem, dev, list(v.times)))
     return rows
+
+
+@dataclass
+class OverheadRow:
+    arch: str
+    size: str
+    level: int
+    tokens: int
+    channels: int
+    ratio: float
+    ms: dict[str, float]  # matching name -> median ms of plan + merge + unmerge
+
+
+def bench_overhead(
+    opts: Options, unet: nn.Module, spec: archs.Arch, size: tuple[int, int], tomesd: Any | None
+) -> list[OverheadRow]:
+    """Merge overhead in one block of the first merged level: plan (matching) + merge + unmerge, interleaved.
+
+    Times ours with local and global matching against tomesd's `bipartite_soft_matching_random2d` on a random
+    tensor shaped like that block's input; the attention itself is not part of it.
+    """
+    from tome_core.merge import bipartite_soft_matching_random2d
+    from tome_core.patch import _structural_levels
+
+    blocks = _structural_levels(unet)
+    level = min(lv for _, lv in blocks)
+    channels = next(b for b, lv in blocks if lv == level).norm1.normalized_shape[0]
+    height, width = size
+    h, w = height // 8 // level, width // 8 // level
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
+    x = torch.randn(2, h * w, channels, generator=gen).to(opts.device, opts.dtype)
+    rows = []
+    for ratio in opts.ratios:
+        r = int(h * w * ratio)
+
+        def ours(matching: str, r: int = r) -> Callable[[], Any]:
+            def run() -> Any:
+                g = torch.Generator().manual_seed(0)
+                m, u = bipartite_soft_matching_random2d(x, w, h, 2, 2, r, generator=g, matching=matching)
+                return u(m(x))
+
+            return run
+
+        fns: dict[str, Callable[[], Any]] = {"ours local": ours("local"), "ours global": ours("global")}
+        if tomesd is not None:
+            from tomesd.merge import bipartite_soft_matching_random2d as ref
+
+            def run_ref(r: int = r) -> Any:
+                g = torch.Generator(device=x.device).manual_seed(0)
+                m, u = ref(x, w, h, 2, 2, r, no_rand=False, generator=g)
+                return u(m(x))
+
+            fns["tomesd"] = run_ref
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for rep in range(1 + max(3, opts.repeats)):
+            for name, fn in fns.items():
+                _sync(opts.device)
+                start = time.perf_counter()
+                fn()
+                _sync(opts.device)
+                if rep:
+                    times[name].append(time.perf_counter() - start)
+        ms = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        size_label = f"{width}" if width == height else f"{width}x{height}"
+        rows.append(OverheadRow(spec.name, size_label, level, h * w, channels, ratio, ms))
+    return rows
+
+
+def format_overhead(rows: Sequence[OverheadRow]) -> str:
+    header = [
+        "arch",
+        "size",
+        "level",
+        "tokens x channels",
+        "ratio",
+        "ours local ms",
+        "ours global ms",
+        "tomesd ms",
+        "local / tomesd",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 4 + "---:|" * 5]
+    for r in rows:
+        ref = r.ms.get("tomesd")
+        cells = [
+            r.arch,
+            r.size,
+            f"1/{r.level}",
+            f"{r.tokens} x {r.channels}",
+            f"{r.ratio:g}",
+            f"{r.ms['ours local']:.1f}",
+            f"{r.ms['ours global']:.1f}",
+            f"{ref:.1f}" if ref else "-",
+            f"{r.ms['ours local'] / ref:.2f}" if ref else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- reporting
@@ -709,6 +811,7 @@ def write_report(
     notes: Sequence[str],
     info: dict[str, str],
     wall: float,
+    overhead: Sequence[OverheadRow] = (),
 ) -> str:
     command = "python -m tome_core.bench" + ("" if not argv else " " + shlex.join(argv))
     cfg = TomeConfig.from_dict(opts.ours_fields)
@@ -721,7 +824,8 @@ def write_report(
         *[f"- {k}: {v}" for k, v in info.items()],
         f"- weights: {opts.checkpoint or f'random (seed {opts.seed})'}; inputs: seeded random (seed {opts.seed}),"
         f" batch 2 (cond + uncond), timestep {opts.timestep}",
-        f"- repeats: {opts.repeats} timed runs per variant after 1 warm-up round, variants interleaved round-robin",
+        f"- repeats: {opts.repeats} timed runs per variant after {opts.warmup} warm-up round(s), variants interleaved"
+        " round-robin",
         "- ours: `tome_core.apply_patch(unet, TomeConfig(ratio=r"
         + "".join(f", {k}={v!r}" for k, v in changed.items())
         + "))`",
@@ -736,6 +840,13 @@ def write_report(
         "",
         "median s: median wall time of one UNet call. speed-up: baseline median / median. deviation: relative L2"
         " distance of the output from the baseline output on the same input (warm-up run).",
+        "",
+        "## Merge overhead per block",
+        "",
+        "Matching + merge + unmerge on one block input of the first merged level (random tokens, sx = sy = 2,"
+        " random partitions), median of the interleaved runs; the attention itself is not included.",
+        "",
+        format_overhead(overhead),
         "",
         "## Sanity checks",
         "",
@@ -768,12 +879,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             tomesd_version = msg
     info = machine_info(opts, tomesd_version)
-    runs_per_size = (1 + opts.repeats) * (
+    runs_per_size = (opts.warmup + opts.repeats) * (
         1
         + len(opts.ratios)
         * (("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None))
     )
     rows: list[Row] = []
+    overhead: list[OverheadRow] = []
     checks: list[tuple[bool, str]] = []
     with tqdm(total=runs_per_size * len(opts.sizes) * len(opts.arches), unit="step", file=sys.stderr) as progress:
         for spec in opts.arches:
@@ -786,6 +898,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if processors != {"AttnProcessor2_0"}:
                 notes.append(f"{spec.name}: attention processors are {sorted(processors)}, not AttnProcessor2_0")
             for size in opts.sizes:
+                progress.set_postfix_str(f"{spec.name} {size[1]}px merge overhead")
+                overhead += bench_overhead(opts, unet, spec, size, tomesd)
                 rows += bench_size(opts, unet, spec, size, tomesd, checks, progress)
             del unet
             gc.collect()
@@ -806,13 +920,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall = time.perf_counter() - started
     table = format_table(rows, opts.device)
     opts.out.mkdir(parents=True, exist_ok=True)
-    report = write_report(opts, argv, rows, checks, notes, info, wall)
+    report = write_report(opts, argv, rows, checks, notes, info, wall, overhead)
     (opts.out / "bench.md").write_text(report)
     payload = {
         "command": ["python", "-m", "tome_core.bench", *argv],
         "machine": info,
         "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
         "rows": [r.__dict__ for r in rows],
+        "merge_overhead": [r.__dict__ for r in overhead],
         "checks": [{"ok": ok, "text": text} for ok, text in checks],
         "notes": notes,
         "wall_s": wall,
@@ -821,6 +936,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_plot(rows, opts.out / "bench.png")
 
     print(table)
+    print()
+    print(format_overhead(overhead))
     print()
     for ok, text in checks:
         print(f"{'PASS' if ok else 'FAIL'}: {text}")
