@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements-dev.txt requirements-nodeps.txt
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv "$(VENV)"; \
 	fi
-	$(PIP) install --quiet --upgrade pip setuptools wheel
+	$(PIP) install --quiet "setuptools>=64" wheel  # editable install without build isolation (offline-friendly)
 	@# torch: only the CPU wheel from the local wheel folder (pip's find-links), never a CUDA build from the
 	@# index; then a second call fetches torch's pure-Python requirements (torch itself is already satisfied).
 	@if ! $(PY) -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] == "$(TORCH_VERSION)" else 1)' 2>/dev/null; then \

@@ -49,6 +49,8 @@ class _Block:
     kv_kw: str  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
     merge: Merge | None = None
     unmerge: Merge | None = None
+    tokens: int = 0  # token count the current plan was made for
+    merged: bool = False  # whether the module now running got merged input and needs unmerging
     grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
 
 
@@ -317,6 +319,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         if config.mode == "kv":
             slot.grid = (h, w)
             return
+        slot.tokens = x.shape[1]
         r = int(x.shape[1] * config.effective_ratio)
         generator = None
         if config.use_rand:
@@ -344,22 +347,27 @@ def _block_post_hook(slot: _Block) -> Callable[..., None]:
 
 def _merge_pre_hook(slot: _Block) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        slot.merged = False
         if slot.merge is None:
             return None
+        name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
+        x = args[0] if args else kwargs.get(name) if name else None
+        # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens:
+            return None
+        slot.merged = True
         if args:
-            return (slot.merge(args[0]), *args[1:]), kwargs
-        for name in ("x", "hidden_states"):
-            if name in kwargs:
-                return args, {**kwargs, name: slot.merge(kwargs[name])}
-        return None
+            return (slot.merge(x), *args[1:]), kwargs
+        return args, {**kwargs, name: slot.merge(x)}
 
     return hook
 
 
 def _unmerge_post_hook(slot: _Block) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        if slot.unmerge is None or not isinstance(output, torch.Tensor):
+        if not slot.merged or slot.unmerge is None or not isinstance(output, torch.Tensor):
             return None
+        slot.merged = False
         return slot.unmerge(output)
 
     return hook
@@ -371,6 +379,8 @@ def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
             return None
         x = _first_arg(args, kwargs, "x", "hidden_states")
         h, w = slot.grid
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != h * w:
+            return None  # tokens already merged by another patch: no grid to pool over
         pooled = kv_downsample(x, w, h, state.config.sx, state.config.sy)
         return args, {**kwargs, slot.kv_kw: pooled}
 

@@ -1,0 +1,59 @@
+"""Shared pytest setup: CPU-only, offline, deterministic; fixtures that build fresh tiny models."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+# Offline before anything imports huggingface_hub/diffusers: nothing in the tests may download.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("DIFFUSERS_NO_ADVISORY_WARNINGS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import tiny_models
+
+torch.set_grad_enabled(True)  # the helpers use no_grad themselves; tests must not depend on a global switch
+torch.manual_seed(0)
+# One intra-op thread: the tiny models gain nothing from more, and spinning OpenMP threads slow the suite down
+# many times over when the 2 cores are shared with other work.
+torch.set_num_threads(1)
+
+# Hypothesis: no deadline (CPU timing is noisy on 2 shared cores); derandomised on CI so runs are repeatable.
+settings.register_profile("default", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+
+@pytest.fixture(autouse=True)
+def _no_global_hooks_leak() -> Iterator[None]:
+    """No test may leave a global module hook behind (the core must only use per-instance hooks)."""
+    from torch.nn.modules import module as nn_module
+
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
+    before = {n: len(getattr(nn_module, n, {})) for n in names}
+    yield
+    after = {n: len(getattr(nn_module, n, {})) for n in names}
+    assert after == before, f"global module hooks changed: {before} -> {after}"
+
+
+@pytest.fixture
+def build() -> Callable[..., torch.nn.Module]:
+    """Factory for fresh, seeded tiny UNets: build(kind, seed=0). Fresh per call, so patches never leak."""
+    return tiny_models.build_unet

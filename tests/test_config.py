@@ -1,0 +1,292 @@
+"""TomeConfig: validation with field names in every error, derived values, the field table, immutability."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import pytest
+
+import tome_core
+from tome_core.config import LEVELS, TomeConfig, auto_levels, field_spec, field_specs
+
+FIELD_NAMES = [f.name for f in dataclasses.fields(TomeConfig)]
+
+
+def test_defaults_match_tomesd_keywords() -> None:
+    cfg = TomeConfig()
+    assert cfg.ratio == 0.5
+    assert (cfg.sx, cfg.sy) == (2, 2)
+    assert cfg.use_rand is True
+    assert (cfg.merge_attn, cfg.merge_crossattn, cfg.merge_mlp) == (True, False, False)
+    assert cfg.max_downsample == "auto"
+    assert cfg.seed is None
+    assert cfg.mode == "merge"
+    assert (cfg.step_start, cfg.step_end) == (0.0, 1.0)
+
+
+def test_package_exports_config() -> None:
+    assert tome_core.TomeConfig is TomeConfig
+    assert tome_core.field_specs is field_specs
+    assert tuple(tome_core.LEVELS) == (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "exc"),
+    [
+        ("ratio", 1.2, ValueError),
+        ("ratio", -0.1, ValueError),
+        ("ratio", 0.96, ValueError),
+        ("ratio", math.nan, ValueError),
+        ("ratio", math.inf, ValueError),
+        ("ratio", "0.5", TypeError),
+        ("ratio", True, TypeError),
+        ("ratio", None, TypeError),
+        ("ratio", [0.5], TypeError),
+        ("sx", 0, ValueError),
+        ("sy", 0, ValueError),
+        ("sx", 9, ValueError),
+        ("sx", 1.5, ValueError),
+        ("sx", "2", TypeError),
+        ("sy", False, TypeError),
+        ("max_downsample", 3, ValueError),
+        ("max_downsample", 16, ValueError),
+        ("max_downsample", 0, ValueError),
+        ("max_downsample", "Auto", ValueError),
+        ("max_downsample", "2", ValueError),
+        ("max_downsample", True, TypeError),
+        ("max_downsample", 2.5, ValueError),
+        ("use_rand", 1, TypeError),
+        ("use_rand", "true", TypeError),
+        ("merge_attn", None, TypeError),
+        ("merge_crossattn", 0, TypeError),
+        ("merge_mlp", "yes", TypeError),
+        ("seed", -1, ValueError),
+        ("seed", 2**32, ValueError),
+        ("seed", 1.5, ValueError),
+        ("seed", "7", TypeError),
+        ("seed", True, TypeError),
+        ("mode", "fast", ValueError),
+        ("mode", 1, (TypeError, ValueError)),  # wrong type for a str-choice field: either is fine
+        ("matching", "nearest", ValueError),
+        ("matching", None, TypeError),
+        ("step_start", -0.1, ValueError),
+        ("step_start", 1.5, ValueError),
+        ("step_end", 1.01, ValueError),
+        ("step_end", "1", TypeError),
+    ],
+)
+def test_bad_value_raises_naming_the_field(
+    name: str, value: object, exc: type[Exception] | tuple[type[Exception], ...]
+) -> None:
+    with pytest.raises(exc) as info:
+        TomeConfig(**{name: value})
+    message = str(info.value)
+    assert name in message
+    assert repr(value) in message or str(value) in message
+    # the same through from_dict and replace
+    with pytest.raises(exc, match=name):
+        TomeConfig.from_dict({name: value})
+    with pytest.raises(exc, match=name):
+        TomeConfig().replace(**{name: value})
+
+
+def test_error_message_states_allowed_range() -> None:
+    with pytest.raises(ValueError) as info:
+        TomeConfig(ratio=1.2)
+    assert "[0, 0.95]" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        TomeConfig(max_downsample=3)
+    for choice in ("'auto'", "1", "2", "4", "8"):
+        assert choice in str(info.value)
+
+
+def test_step_window_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="step_start"):
+        TomeConfig(step_start=0.5, step_end=0.5)
+    with pytest.raises(ValueError, match="step_end"):
+        TomeConfig(step_start=0.8, step_end=0.2)
+    TomeConfig(step_start=0.2, step_end=0.8)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "normalised"),
+    [
+        ("ratio", 0, 0.0),
+        ("ratio", 0.95, 0.95),
+        ("sx", 3.0, 3),
+        ("sy", 8, 8),
+        ("max_downsample", 2.0, 2),
+        ("max_downsample", 8, 8),
+        ("max_downsample", "auto", "auto"),
+        ("seed", 0, 0),
+        ("seed", 2**32 - 1, 2**32 - 1),
+        ("seed", None, None),
+        ("mode", "kv", "kv"),
+        ("matching", "global", "global"),
+    ],
+)
+def test_good_values_are_normalised(name: str, value: object, normalised: object) -> None:
+    got = getattr(TomeConfig(**{name: value}), name)
+    assert got == normalised
+    assert type(got) is type(normalised)
+
+
+def test_unknown_field_via_from_dict_lists_known_fields() -> None:
+    with pytest.raises(ValueError) as info:
+        TomeConfig.from_dict({"ratio": 0.3, "rattio": 0.4})
+    message = str(info.value)
+    assert "rattio" in message
+    assert "ratio" in message.split("known", 1)[-1]
+    with pytest.raises(ValueError, match="bogus"):
+        TomeConfig().replace(bogus=1)
+    with pytest.raises(TypeError):
+        TomeConfig(bogus=1)  # type: ignore[call-arg]
+
+
+def test_from_dict_rejects_non_mapping() -> None:
+    with pytest.raises(TypeError):
+        TomeConfig.from_dict([("ratio", 0.3)])  # type: ignore[arg-type]
+
+
+def test_round_trip_and_replace() -> None:
+    cfg = TomeConfig(ratio=0.3, max_downsample=2, sx=3, sy=1, use_rand=False, seed=42, matching="global")
+    assert TomeConfig.from_dict(cfg.to_dict()) == cfg
+    assert set(cfg.to_dict()) == set(FIELD_NAMES)
+    changed = cfg.replace(ratio=0.6)
+    assert changed.ratio == 0.6
+    assert changed.replace(ratio=0.3) == cfg
+    assert cfg.ratio == 0.3  # replace does not mutate
+    based = TomeConfig.from_dict({"sx": 4}, base=cfg)
+    assert based.sx == 4
+    assert based.seed == 42
+
+
+def test_frozen() -> None:
+    cfg = TomeConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.ratio = 0.7  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.new_field = 1  # type: ignore[attr-defined]
+    assert hash(cfg) == hash(TomeConfig())
+
+
+@pytest.mark.parametrize(
+    ("ratio", "sx", "sy", "effective", "capped"),
+    [
+        (0.5, 2, 2, 0.5, False),
+        (0.75, 2, 2, 0.75, False),
+        (0.9, 2, 2, 0.75, True),
+        (0.95, 2, 2, 0.75, True),
+        (0.6, 2, 1, 0.5, True),
+        (0.5, 2, 1, 0.5, False),
+        (0.3, 1, 1, 0.0, True),
+        (0.0, 1, 1, 0.0, False),
+        (0.9, 4, 4, 0.9, False),
+        (0.9, 3, 3, 1 - 1 / 9, True),
+    ],
+)
+def test_effective_ratio_and_cap(ratio: float, sx: int, sy: int, effective: float, capped: bool) -> None:
+    cfg = TomeConfig(ratio=ratio, sx=sx, sy=sy)
+    assert cfg.max_ratio == pytest.approx(1 - 1 / (sx * sy))
+    assert cfg.effective_ratio == pytest.approx(effective)
+    assert cfg.is_capped is capped
+
+
+def test_warn_if_capped() -> None:
+    with pytest.warns(UserWarning, match=r"0\.750"):
+        TomeConfig(ratio=0.9).warn_if_capped()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TomeConfig(ratio=0.75).warn_if_capped()
+
+
+def test_is_noop() -> None:
+    assert TomeConfig(ratio=0.0).is_noop
+    assert TomeConfig(ratio=0.5, sx=1, sy=1).is_noop
+    assert TomeConfig(merge_attn=False).is_noop
+    assert not TomeConfig(merge_attn=False, merge_mlp=True).is_noop
+    assert not TomeConfig().is_noop
+    assert TomeConfig(mode="kv", sx=1, sy=1).is_noop
+    assert not TomeConfig(mode="kv", ratio=0.0).is_noop  # kv ignores the ratio
+
+
+def test_merges_level() -> None:
+    auto = TomeConfig()
+    assert auto.merges_level(1, {1})
+    assert not auto.merges_level(2, {1})
+    assert auto.merges_level(2, {2, 4})
+    assert auto.merges_level(4, {2, 4})
+    assert not auto.merges_level(1, {2, 4})
+    two = TomeConfig(max_downsample=2)
+    assert [lv for lv in LEVELS if two.merges_level(lv, {1})] == [1, 2]
+    assert [lv for lv in LEVELS if two.merges_level(lv, {4})] == [1, 2]  # explicit levels ignore auto_levels
+    assert [lv for lv in LEVELS if TomeConfig(max_downsample=8).merges_level(lv, {2})] == list(LEVELS)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "expected"),
+    [
+        ({1: 5, 2: 5, 4: 5, 8: 1}, {1}),  # SD1/SD2: 16 blocks, middle one at level 8
+        ({2: 10, 4: 60}, {2, 4}),  # SDXL: no attention at level 1, most blocks at level 4
+        ({1: 0, 2: 10, 4: 60}, {2, 4}),  # a level listed with no blocks does not count as first
+        ({1: 3, 2: 3, 4: 4, 8: 1}, {1, 4}),
+        ({4: 2}, {4}),
+        ({}, set()),
+    ],
+)
+def test_auto_levels(blocks: dict[int, int], expected: set[int]) -> None:
+    assert auto_levels(blocks) == expected
+    assert tome_core.auto_levels is auto_levels
+
+
+def test_active_at() -> None:
+    full = TomeConfig()
+    assert all(full.active_at(f) for f in (0.0, 0.5, 0.999, 1.0))
+    window = TomeConfig(step_start=0.25, step_end=0.5)
+    assert [window.active_at(f) for f in (0.0, 0.24, 0.25, 0.4, 0.5, 0.9, 1.0)] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_field_specs_complete() -> None:
+    specs = field_specs()
+    assert [s.name for s in specs] == FIELD_NAMES
+    defaults = TomeConfig()
+    for spec in specs:
+        assert spec.label.strip(), spec.name
+        assert spec.help.strip(), spec.name
+        assert spec.default == getattr(defaults, spec.name), spec.name
+        assert spec.kind in (float, int, bool, str), spec.name
+        assert spec.allowed(), spec.name
+        assert field_spec(spec.name) == spec
+        if spec.minimum is not None and spec.maximum is not None:
+            assert spec.minimum <= spec.maximum, spec.name
+        if spec.choices is not None:
+            assert spec.default in spec.choices, spec.name
+    with pytest.raises(KeyError):
+        field_spec("nope")
+
+
+def test_field_spec_ranges_are_enforced() -> None:
+    """Every numeric spec's bounds are exactly what the constructor accepts."""
+    for spec in field_specs():
+        if spec.kind not in (int, float) or spec.choices is not None or spec.minimum is None:
+            continue
+        # the bounds themselves are accepted (step_start < step_end keeps the window non-empty)
+        if spec.name != "step_end":
+            assert getattr(TomeConfig(**{spec.name: spec.minimum}), spec.name) == spec.minimum
+        if spec.name != "step_start":
+            assert getattr(TomeConfig(**{spec.name: spec.maximum}), spec.name) == spec.maximum
+        below = spec.minimum - (1 if spec.kind is int else 0.01)
+        above = spec.maximum + (1 if spec.kind is int else 0.01)
+        for bad in (below, above):
+            with pytest.raises(ValueError, match=spec.name):
+                TomeConfig(**{spec.name: bad})

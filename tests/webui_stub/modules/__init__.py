@@ -1,0 +1,1 @@
+"""Stand-in for the WebUI's `modules` package (see tests/webui_stub/__init__.py)."""
