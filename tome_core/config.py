@@ -157,8 +157,8 @@ class TomeConfig:
     matching: str = _spec(
         str,
         "Matching",
-        "'local': each token is compared only with destinations in its own and the 8 neighbouring cells (cheap)."
-        " 'global': with every destination, as tomesd does (costly at high resolution).",
+        "'local': each token is compared only with the destinations in its own and the two adjacent rows of cells"
+        " (cheap, nearby matches). 'global': with every destination, as tomesd does (costly at high resolution).",
         default="local",
         choices=("local", "global"),
         advanced=True,
@@ -302,6 +302,8 @@ def _check(spec: FieldSpec, value: Any) -> Any:
             return value
         raise _fail(spec, value, TypeError)
     if spec.choices is not None:
+        if spec.kind is str and not isinstance(value, str):
+            raise _fail(spec, value, TypeError)
         if isinstance(value, str):
             if value in spec.choices:
                 return value
