@@ -168,7 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ratios", default=None, help=f"merge ratios, comma-separated (default {DEFAULT_RATIOS})")
     p.add_argument("--repeats", type=int, default=None, help=f"timed runs per variant (default {DEFAULT_REPEATS})")
-    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up rounds before the timed ones (default 1)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed warm-up rounds of every variant before the timed ones (default 1; 0 still makes one untimed"
+        " baseline call first)",
+    )
     p.add_argument("--checkpoint", default=None, help="real UNet weights: .safetensors, diffusers or single-file SD")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -531,6 +537,11 @@ def bench_size(
     base = variants[0]
     restore_ok = True
     max_diff = 0.0
+    if opts.warmup == 0:
+        # One untimed unpatched call: the first call at a shape pays one-time costs (kernel selection,
+        # allocator growth) that would otherwise land on whichever variant runs first, the baseline.
+        progress.set_postfix_str(f"{spec.name} {size_label}px priming call")
+        run_step(unet, inputs, opts.device, sample_rss=False)
     for rep in range(opts.warmup + opts.repeats):
         warm = rep < opts.warmup
         for v in variants:
