@@ -632,6 +632,7 @@ def bench_overhead(
     h, w = height // 8 // level, width // 8 // level
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     x = torch.randn(2, h * w, channels, generator=gen).to(opts.device, opts.dtype)
+    ref = importlib.import_module(f"{tomesd.__name__}.merge").bipartite_soft_matching_random2d if tomesd else None
     rows = []
     for ratio in opts.ratios:
         r = int(h * w * ratio)
@@ -645,8 +646,7 @@ def bench_overhead(
             return run
 
         fns: dict[str, Callable[[], Any]] = {"ours local": ours("local"), "ours global": ours("global")}
-        if tomesd is not None:
-            from tomesd.merge import bipartite_soft_matching_random2d as ref
+        if ref is not None:
 
             def run_ref(r: int = r) -> Any:
                 g = torch.Generator(device=x.device).manual_seed(0)
