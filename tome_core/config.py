@@ -49,6 +49,10 @@ class FieldSpec:
             text = "an integer" if self.kind is int else "a number"
         return text + (" or None" if self.optional else "")
 
+    def check(self, value: Any) -> Any:
+        """`value` normalised for this field (2.0 -> 2 for an int field); TypeError/ValueError naming the field."""
+        return _check(self, value)
+
 
 def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)

@@ -30,7 +30,6 @@ guessed: a value that is not valid for its field is an error, never clamped.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -136,16 +135,6 @@ def _to_number(value: Any) -> float | int:
     raise ValueError(value)
 
 
-def _in_range(s: FieldSpec, value: float | int) -> bool:
-    if not math.isfinite(value):
-        return False
-    if s.kind is int and not float(value).is_integer():
-        return False
-    low_ok = s.minimum is None or value >= s.minimum
-    high_ok = s.maximum is None or value <= s.maximum
-    return low_ok and high_ok
-
-
 def coerce(arg_name: str, value: Any, where: str | None = None) -> Any:
     """Turn one raw arg (JSON value, UI value or infotext string) into its canonical value, or raise.
 
@@ -174,13 +163,7 @@ def coerce(arg_name: str, value: Any, where: str | None = None) -> Any:
         number = _to_number(value)
         if field_of(arg_name) == "seed" and number == SEED_NONE:
             return None
-        if s.choices is not None:
-            if float(number).is_integer() and int(number) in s.choices:
-                return int(number)
-            raise ValueError(value)
-        if not _in_range(s, number):
-            raise ValueError(value)
-        return int(number) if s.kind is int else float(number)
+        return s.check(number)
     except (TypeError, ValueError):
         raise _error(where, arg_name, value) from None
 
