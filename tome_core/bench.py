@@ -43,6 +43,7 @@ from torch import nn
 
 from tome_core import archs
 from tome_core.config import FieldSpec, TomeConfig, field_spec, field_specs
+from tome_core.patch import _structural_levels
 
 VARIANTS = ("baseline", "ours", "tomesd")
 DEFAULT_SIZES = "512,1024"
@@ -441,11 +442,8 @@ def load_tomesd() -> tuple[Any | None, str]:
 
 
 def _first_attention_level(unet: nn.Module) -> int:
-    """Downsampling (1, 2, 4, ...) of the first down block that has attention."""
-    for i, block in enumerate(getattr(unet, "down_blocks", [])):
-        if getattr(block, "attentions", None):
-            return 2**i
-    return 1
+    """Downsampling (1, 2, 4, ...) of the shallowest transformer block, read the way the core reads it."""
+    return min(level for _, level in _structural_levels(unet))
 
 
 def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
@@ -623,10 +621,9 @@ def bench_overhead(
     tensor shaped like that block's input; the attention itself is not part of it.
     """
     from tome_core.merge import bipartite_soft_matching_random2d
-    from tome_core.patch import _structural_levels
 
     blocks = _structural_levels(unet)
-    level = min(lv for _, lv in blocks)
+    level = _first_attention_level(unet)
     channels = next(b for b, lv in blocks if lv == level).norm1.normalized_shape[0]
     height, width = size
     h, w = height // 8 // level, width // 8 // level
