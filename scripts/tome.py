@@ -48,6 +48,9 @@ class ToMeScript(scripts.Script):
     def process_before_every_sampling(self, p: Any, *args: Any, **kwargs: Any) -> None:
         self.tome_runtime.before_every_sampling(p)
 
+    def postprocess_batch(self, p: Any, *args: Any, **kwargs: Any) -> None:
+        self.tome_runtime.postprocess_batch(p)
+
     def postprocess(self, p: Any, processed: Any, *args: Any) -> None:
         self.tome_runtime.postprocess(p)
 

@@ -17,6 +17,7 @@ from torch import nn
 import tome_core
 from tome_core import TomeConfig
 
+import tiny_models
 from tiny_models import (
     ATTENTION_LEVELS,
     BLOCKS_PER_LEVEL,
@@ -711,3 +712,49 @@ def test_both_active_at_once_runs(tomesd, kind: str, order: str) -> None:
     tomesd.remove_patch(tomesd_target)
     tome_core.remove_patch(model)
     assert hook_count(model) == 0
+
+
+# ---------------------------------------------------------------------------------------------- stats
+
+
+def test_stats_count_the_blocks_that_really_merged(build: Callable[..., torch.nn.Module]) -> None:
+    unet = build("ldm_sd1")
+    assert tome_core.stats(unet) is None
+    tome_core.apply_patch(unet, ratio=0.5)
+    stats = tome_core.stats(unet)
+    assert (stats.total, stats.selected, stats.applied, stats.unet_calls) == (10, 3, 0, 0)
+    assert stats.levels == frozenset({1}) and stats.block_levels == frozenset({1, 2, 4, 8})
+    tiny_models.forward(unet, tiny_models.make_inputs(batch=2, height=16, width=16))
+    stats = tome_core.stats(unet)
+    assert (stats.planned, stats.reached, stats.applied, stats.unet_calls, stats.active_calls) == (3, 3, 3, 1, 1)
+    tome_core.reset_stats(unet)
+    stats = tome_core.stats(unet)
+    assert (stats.planned, stats.reached, stats.applied, stats.unet_calls) == (0, 0, 0, 0)
+
+
+class _Passthrough(nn.Module):
+    def forward(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return x
+
+
+@pytest.mark.parametrize("mode", ["merge", "kv"])
+def test_stats_see_a_module_that_bypasses_the_attention(build: Callable[..., torch.nn.Module], mode: str) -> None:
+    unet = build("ldm_sd1")
+    tome_core.apply_patch(unet, ratio=0.5, mode=mode)
+    (_name, block), *_ = tiny_models.transformer_blocks(unet)
+    attn = block.attn1
+    block.attn1 = _Passthrough()  # another extension's attention: our hooks stay on the old module
+    try:
+        tiny_models.forward(unet, tiny_models.make_inputs(batch=2, height=16, width=16))
+    finally:
+        block.attn1 = attn
+    stats = tome_core.stats(unet)
+    assert (stats.planned, stats.reached, stats.applied) == (3, 2, 2)
+
+
+def test_stats_ratio_too_small_plans_nothing(build: Callable[..., torch.nn.Module]) -> None:
+    unet = build("ldm_sd1")
+    tome_core.apply_patch(unet, ratio=0.01)  # 64 tokens * 0.01 < 1 token
+    tiny_models.forward(unet, tiny_models.make_inputs(batch=2, height=8, width=8))
+    stats = tome_core.stats(unet)
+    assert (stats.selected, stats.planned, stats.applied, stats.unet_calls) == (3, 0, 0, 1)

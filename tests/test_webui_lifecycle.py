@@ -7,6 +7,7 @@ tiny real UNets as models, and reads the config each sampler step saw (`FakeSamp
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -254,18 +255,35 @@ def test_model_without_a_unet_is_reported_not_raised(models: dict[str, torch.nn.
     webui = make("1.10", {**models, "odd": torch.nn.Linear(2, 2)})
     sd_models.load(webui.models["odd"], main=True)
     _, processed = webui.txt2img(tome_args(True))
-    assert "cannot patch Linear" in json.loads(processed.js())["extra_generation_params"]["ToMe error"]
+    extra = json.loads(processed.js())["extra_generation_params"]
+    assert extra["ToMe note"] == "not applied: Linear has no UNet to patch"
+    assert "ToMe error" not in extra
+    assert 'ToMe note: "not applied: Linear has no UNet to patch"' in processed.infotexts[0]
     assert errors.reported == []
 
 
-def test_builtin_forced_on_p_keeps_ours_off(models: dict[str, torch.nn.Module]) -> None:
-    """Never both: if the built-in runs anyway (p.token_merging_ratio set by someone), ours stays off."""
+def test_builtin_ratio_on_p_is_switched_off_too(models: dict[str, torch.nn.Module]) -> None:
+    """The WebUI reads `p.token_merging_ratio` before the settings: ours sets it to 0 for the job."""
     webui = make("1.10", models)
     p = webui.make_p("txt2img", tome_args(True))
     p.token_merging_ratio = 0.4
     processed = processing.process_images(p)
+    assert all(r.config == FIRST and r.builtin == 0 for r in p.sampler.records)
+    assert processed.extra_generation_params["ToMe builtin"] == "disabled"
+    assert_clean(webui)
+
+
+def test_builtin_applied_anyway_keeps_ours_off_and_says_so(
+    models: dict[str, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never both: if the built-in is applied whatever the settings say, ours stays off and the note says why."""
+    webui = make("1.10", models)
+    original = sd_models.apply_token_merging
+    monkeypatch.setattr(sd_models, "apply_token_merging", lambda model, ratio: original(model, 0.4))
+    p, processed = webui.txt2img(tome_args(True))
     assert all(r.config is None and r.builtin == 0.4 for r in p.sampler.records)
-    assert "built-in token merging" in processed.extra_generation_params["ToMe error"]
+    note = processed.extra_generation_params["ToMe note"]
+    assert note == "not applied: the WebUI's built-in token merging is applied to the model"
     assert_clean(webui)
 
 
@@ -396,3 +414,68 @@ def test_infotext_keys_are_reset_in_every_cell(models: dict[str, torch.nn.Module
     assert "ToMe hires ratio" not in processed.extra_generation_params
     assert processed.extra_generation_params["Other"] == 1
     assert_clean(webui)
+
+
+# ---------------------------------------------------------------------------------------------- never silent
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_merging_in_every_selected_block_writes_no_note(version: str, models: dict[str, torch.nn.Module]) -> None:
+    webui = make(version, models)
+    _p, processed = webui.txt2img(tome_args(True), enable_hr=True, sampler=FakeSampler(webui, run_unet=True))
+    assert "ToMe note" not in processed.extra_generation_params
+    assert not any("ToMe note" in text for text in processed.infotexts)
+    assert_clean(webui)
+
+
+class _Bypass(torch.nn.Module):
+    """Another extension's attention that calls the original module's forward directly (its hooks never fire)."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.forward(*args, **kwargs)
+
+
+@pytest.mark.parametrize("version", ["1.8", "1.10"])
+def test_attention_replaced_in_the_hires_pass_is_noted_per_pass(
+    version: str, models: dict[str, torch.nn.Module], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tiny_models
+
+    original = tiny_models.forward
+
+    def forward_with_replaced_attention(model: Any, inputs: Any) -> Any:
+        blocks = [m for _, m in tiny_models.transformer_blocks(model.model.diffusion_model)]
+        if inputs.x.shape[-1] != 16:  # only in the hires pass (the stand-in's hires latent is 16x16)
+            return original(model, inputs)
+        saved = [block.attn1 for block in blocks]
+        for block in blocks:
+            block.attn1 = _Bypass(block.attn1)
+        try:
+            return original(model, inputs)
+        finally:
+            for block, attn in zip(blocks, saved):
+                block.attn1 = attn
+
+    monkeypatch.setattr(tiny_models, "forward", forward_with_replaced_attention)
+    webui = make(version, models)
+    with caplog.at_level(logging.WARNING, logger="tome"):
+        _, processed = webui.txt2img(
+            tome_args(True), enable_hr=True, n_iter=2, sampler=FakeSampler(webui, run_unet=True)
+        )
+    note = "hires pass: merged in 0 of 3 blocks (attention replaced by another extension)"
+    assert processed.extra_generation_params["ToMe note"] == note
+    assert all(f'ToMe note: "{note}"' in text for text in processed.infotexts)
+    assert [r.message for r in caplog.records] == [f"ToMe: {note}"]
+    assert_clean(webui)
+
+
+def test_step_window_that_excludes_every_step_is_noted(models: dict[str, torch.nn.Module]) -> None:
+    webui = make("1.10", models)
+    _, processed = webui.txt2img(tome_args(True, step_start=0.9), sampler=FakeSampler(webui, run_unet=True))
+    assert processed.extra_generation_params["ToMe note"] == (
+        "merged in 0 of 3 blocks (the step window excluded every step)"
+    )

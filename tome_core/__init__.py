@@ -6,13 +6,16 @@
 from tome_core.config import LEVELS, FieldSpec, TomeConfig, auto_levels, field_spec, field_specs
 from tome_core.patch import (
     LevelInfo,
+    TomeStats,
     apply_patch,
     describe,
     find_unet,
     get_config,
     is_patched,
     remove_patch,
+    reset_stats,
     set_step,
+    stats,
 )
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "FieldSpec",
     "LevelInfo",
     "TomeConfig",
+    "TomeStats",
     "apply_patch",
     "auto_levels",
     "describe",
@@ -29,5 +33,7 @@ __all__ = [
     "get_config",
     "is_patched",
     "remove_patch",
+    "reset_stats",
     "set_step",
+    "stats",
 ]

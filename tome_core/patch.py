@@ -25,6 +25,8 @@ STATE_ATTR = "_tome_sd_state"
 
 #: Timesteps the SD noise schedules were trained with; maps a timestep to a sampling fraction.
 _TRAIN_TIMESTEPS = 1000
+#: Keywords through which attention modules take keys and values (ldm/sgm/Forge, diffusers, Forge's values).
+_KV_KEYWORDS = ("context", "encoder_hidden_states", "value")
 #: Seed used when the config leaves `seed` as None.
 _DEFAULT_SEED = 0x70E5
 
@@ -52,6 +54,11 @@ class _Block:
     tokens: int = 0  # token count the current plan was made for
     merged: bool = False  # whether the module now running got merged input and needs unmerging
     grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
+    # Counters since the last `reset_stats`, read by `stats`: calls with a plan (merge plan or kv grid), calls in
+    # which a hooked module ran while a plan existed, and calls in which tokens were really merged or pooled.
+    planned: int = 0
+    reached: int = 0
+    applied: int = 0
 
 
 @dataclass
@@ -64,6 +71,35 @@ class _State:
     active: bool = True
     call_key: int = 0
     step: tuple[int, int] | None = None
+    blocks: list[_Block] = field(default_factory=list)  # the blocks that carry hooks (the config selects them)
+    total: int = 0  # transformer blocks in the UNet
+    block_levels: frozenset[int] = frozenset()
+    unet_calls: int = 0  # UNet forwards since the last `reset_stats`
+    active_calls: int = 0  # ... of which inside the step window
+    grid_misses: int = 0  # block calls whose token count fit no level of the latent
+
+
+@dataclass(frozen=True)
+class TomeStats:
+    """What the patch did since it was applied or since `reset_stats`, read with `stats`.
+
+    Blocks count once however often they ran. `selected`: blocks the config merges (by level), of the UNet's
+    `total` transformer blocks. `planned`: selected blocks that got a merge plan (or kv grid) at least once.
+    `reached`: planned blocks whose hooked attention/MLP module then ran (another extension may replace the
+    attention and skip the module). `applied`: blocks that really merged tokens (or pooled keys/values).
+    """
+
+    mode: str
+    total: int
+    selected: int
+    planned: int
+    reached: int
+    applied: int
+    unet_calls: int
+    active_calls: int
+    grid_misses: int
+    levels: frozenset[int]  # the levels the config selects
+    block_levels: frozenset[int]  # the levels that hold transformer blocks
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -148,6 +184,8 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) 
 
     remove_patch(model)
     state = _State(config=config, auto_levels=_auto_levels(blocks))
+    state.block_levels = frozenset(level for _, level in blocks)
+    state.total = len(blocks)
     state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
     for index, (module, level) in enumerate(blocks):
         _patch_block(state, module, _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1)))
@@ -187,6 +225,39 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
         state.step = None
     else:
         state.step = (int(step), int(total))
+
+
+def stats(model: Any) -> TomeStats | None:
+    """What the patch on `model` did since it was applied or since `reset_stats`; None when it is not patched."""
+    state = find_unet(model).__dict__.get(STATE_ATTR)
+    if state is None:
+        return None
+    config = state.config
+    return TomeStats(
+        mode=config.mode,
+        total=state.total,
+        selected=len(state.blocks),
+        planned=sum(1 for b in state.blocks if b.planned),
+        reached=sum(1 for b in state.blocks if b.reached),
+        applied=sum(1 for b in state.blocks if b.applied),
+        unet_calls=state.unet_calls,
+        active_calls=state.active_calls,
+        grid_misses=state.grid_misses,
+        levels=frozenset(lv for lv in state.block_levels | set(LEVELS) if config.merges_level(lv, state.auto_levels))
+        if not config.is_noop
+        else frozenset(),
+        block_levels=state.block_levels,
+    )
+
+
+def reset_stats(model: Any) -> None:
+    """Start counting afresh (the WebUI does so at the start of each sampling pass)."""
+    state = find_unet(model).__dict__.get(STATE_ATTR)
+    if state is None:
+        return
+    state.unet_calls = state.active_calls = state.grid_misses = 0
+    for block in state.blocks:
+        block.planned = block.reached = block.applied = 0
 
 
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
@@ -252,6 +323,8 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
         else:
             fraction = 1.0 - t / _TRAIN_TIMESTEPS
         state.active = config.active_at(fraction)
+        state.unet_calls += 1
+        state.active_calls += state.active
         # Keyed on the timestep, so cond and uncond passes of one step share partitions even when the
         # sampler runs them as separate batches.
         state.call_key = round(t * 1000)
@@ -286,6 +359,7 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
         return
     handles = state.handles
+    state.blocks.append(slot)
     handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
     handles.append(block.register_forward_hook(_block_post_hook(slot)))
     if config.mode == "kv":
@@ -311,6 +385,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
             return
         grid = _grid(state, x.shape[1])
         if grid is None:
+            state.grid_misses += 1
             return
         level, h, w = grid
         config = state.config
@@ -318,9 +393,13 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
             return
         if config.mode == "kv":
             slot.grid = (h, w)
+            slot.planned += 1
             return
         slot.tokens = x.shape[1]
         r = int(x.shape[1] * config.effective_ratio)
+        if r <= 0:
+            return
+        slot.planned += 1
         generator = None
         if config.use_rand:
             generator = torch.Generator().manual_seed(_partition_seed(config, state.call_key, slot.index))
@@ -350,15 +429,21 @@ def _merge_pre_hook(slot: _Block) -> Callable[..., Any]:
         slot.merged = False
         if slot.merge is None:
             return None
+        slot.reached += 1
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens:
             return None
         slot.merged = True
+        slot.applied += 1
+        merged = slot.merge(x)
+        # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
+        # the queries, which must merge with them. Other keys/values (a reference image's, say) stay whole.
+        extra = {kw: merged for kw in _KV_KEYWORDS if kwargs.get(kw) is x}
         if args:
-            return (slot.merge(x), *args[1:]), kwargs
-        return args, {**kwargs, name: slot.merge(x)}
+            return (merged, *args[1:]), {**kwargs, **extra}
+        return args, {**kwargs, name: merged, **extra}
 
     return hook
 
@@ -375,13 +460,20 @@ def _unmerge_post_hook(slot: _Block) -> Callable[..., Any]:
 
 def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if slot.grid is None or kwargs.get(slot.kv_kw) is not None:
+        if slot.grid is None:
             return None
+        slot.reached += 1
         x = _first_arg(args, kwargs, "x", "hidden_states")
+        # Self-attention's keys/values are absent (None) or, in Forge once any attn1 patch exists, the queries
+        # themselves; anything else (another extension's keys/values) is left alone.
+        targets = [kw for kw in (slot.kv_kw, "value") if kw in kwargs or kw == slot.kv_kw]
+        if any(kwargs.get(kw) is not None and kwargs.get(kw) is not x for kw in targets):
+            return None
         h, w = slot.grid
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != h * w:
             return None  # tokens already merged by another patch: no grid to pool over
         pooled = kv_downsample(x, w, h, state.config.sx, state.config.sy)
-        return args, {**kwargs, slot.kv_kw: pooled}
+        slot.applied += 1
+        return args, {**kwargs, **dict.fromkeys(targets, pooled)}
 
     return hook

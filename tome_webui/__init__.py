@@ -3,7 +3,9 @@
 Modules:
     params     the script args: positional order (`ARG_NAMES`), the dict form, parsing into a `TomeJob`
     infotext   the infotext key table (`KEYS`), writing, and reading back into the controls
-    lifecycle  applying/removing the patch per pass, the built-in token merging, the callbacks
+    lifecycle  applying/removing the patch per pass, the built-in token merging, the callbacks (one for every host)
+    hosts      one adapter per host (A1111; Forge 2, reForge, Forge Classic): the UNet and the built-in on a model
+    report     the "ToMe note": blocks that really merged per pass against those the config selects, and why
     ui         the accordion (`build`) and the element ids (`ELEM_ITEMS`)
     api        the HTTP 422 check of API requests (`TomeRequestValidator`)
     xyz        the XYZ plot axes
@@ -14,7 +16,7 @@ All submodules are imported here, while the extension root is on `sys.path` (A11
 `scripts/tome.py` loads).
 """
 
-from tome_webui import api, compat, infotext, lifecycle, params, ui, xyz
+from tome_webui import api, compat, hosts, infotext, lifecycle, params, report, ui, xyz
 from tome_webui.infotext import KEYS
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, TITLE, TomeArgsError, TomeJob
 from tome_webui.ui import ELEM_ITEMS
@@ -29,9 +31,11 @@ __all__ = [
     "TomeJob",
     "api",
     "compat",
+    "hosts",
     "infotext",
     "lifecycle",
     "params",
+    "report",
     "ui",
     "xyz",
 ]

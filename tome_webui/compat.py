@@ -1,4 +1,6 @@
-"""Everything that differs between WebUI versions (A1111 1.6-1.10, Forge), in one place.
+"""Everything that differs between WebUI versions (A1111 1.6-1.10, Forge) in the WebUI's own modules.
+
+What differs in the model objects (where the UNet is, how the built-in token merging shows) is in `tome_webui.hosts`.
 
 WebUI modules are imported inside the functions: the WebUI root is always importable, but these must not run
 when `tome_webui` is imported (tests import it with a stand-in for the WebUI).
@@ -15,6 +17,8 @@ log = logging.getLogger("tome")
 
 #: The WebUI's built-in token merging settings (tomesd), which `before_process` overrides to 0 for our jobs.
 BUILTIN_RATIO_KEYS: tuple[str, ...] = ("token_merging_ratio", "token_merging_ratio_hr", "token_merging_ratio_img2img")
+#: Per-job ratios on the processing object, which the WebUI reads before the settings.
+BUILTIN_RATIO_ATTRS: tuple[str, ...] = ("token_merging_ratio", "token_merging_ratio_hr")
 #: Module names the XYZ plot script is loaded under (A1111/Forge load scripts by file name; SD.Next as a package).
 XYZ_MODULE_NAMES: tuple[str, ...] = ("xyz_grid.py", "scripts.xyz_grid")
 
@@ -82,15 +86,6 @@ def loaded_models() -> Iterator[Any]:
 def denoiser_p(params: Any) -> Any:
     """The processing object behind an `on_cfg_denoiser` call (`params.denoiser.p`, v1.8+), else None."""
     return getattr(getattr(params, "denoiser", None), "p", None)
-
-
-def builtin_ratio_applied(model: Any) -> float:
-    """The ratio the built-in token merging has applied to `model` (0 when it is not applied)."""
-    try:
-        return float(getattr(model, "applied_token_merged_ratio", 0) or 0)
-    except (TypeError, ValueError):
-        log.debug("ToMe: unreadable applied_token_merged_ratio on %s", type(model).__name__)
-        return 0.0
 
 
 def xyz_module() -> ModuleType | None:

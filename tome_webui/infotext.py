@@ -18,7 +18,9 @@ punctuation turned into spaces)::
     step_end         ToMe end at step
 
 plus `ToMe builtin: disabled` (the WebUI's own token merging would have run and was switched off for this job)
-and `ToMe error: ...` (the args were invalid or the model cannot be patched; ToMe did not run).
+`ToMe error: ...` (the args were invalid; ToMe did not run) and `ToMe note: ...` (ToMe merged in fewer blocks than
+its settings select, and why: e.g. `merged in 0 of 16 blocks (attention replaced by another extension)`, or the
+model has no UNet).
 
 Keys hold only letters, digits and spaces (WebUI 1.6 parses keys as `[\\w ]+`), never collide with the
 built-in `Token merging ratio` keys, and values are never shaped like `2x2` (which the WebUI splits in two).
@@ -67,11 +69,13 @@ KEYS: Mapping[str, str] = MappingProxyType(
 )
 BUILTIN_KEY = f"{PREFIX} builtin"
 ERROR_KEY = f"{PREFIX} error"
+#: What ToMe could not do as configured (blocks that did not merge and why, a model without a UNet).
+NOTE_KEY = f"{PREFIX} note"
 #: Name of the `enabled` entry in `infotext_fields`, used only to match it between tabs for "Send to img2img";
 #: never written (whether ToMe ran is read from `ToMe ratio`).
 ENABLED_NAME = f"{PREFIX} enabled"
 #: Every key this extension writes.
-ALL_KEYS: frozenset[str] = frozenset((*KEYS.values(), BUILTIN_KEY, ERROR_KEY))
+ALL_KEYS: frozenset[str] = frozenset((*KEYS.values(), BUILTIN_KEY, ERROR_KEY, NOTE_KEY))
 #: The key whose presence says "ToMe ran for this image".
 MARKER_KEY = KEYS["ratio"]
 

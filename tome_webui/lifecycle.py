@@ -12,13 +12,19 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
 * `on_cfg_denoiser`, each step: make sure the current model (a refiner may have been swapped in) carries the
   pass's config, and tell the core the sampler step for the step window. v1.6/1.7 pass no `p` there, so they
   only get the step.
+* `postprocess_batch`, after the passes of each batch and before its images' infotexts are written: compare what
+  each pass really merged with what its config selects (`tome_webui.report`) and write `ToMe note` when they
+  differ (another extension replaced the attention, a compiled UNet, a model without a UNet, ...).
 * `postprocess`: remove every patch this script instance applied.
 * Also removed: on `on_model_loaded` (the model object may be reused for another checkpoint; the next pass hook
   re-applies) and `on_script_unloaded` (Reload UI).
 
-Errors: callbacks swallow exceptions, so nothing here raises for bad input. Invalid args or a model that cannot be
-patched leave ToMe off and write `ToMe error` into the infotext (and the API's `info`); the API middleware
-(`tome_webui.api`) refuses invalid requests before that.
+Hosts: the model object is handed to its host adapter (`tome_webui.hosts`: A1111, or Forge 2 / reForge / Forge
+Classic) for its UNet module and the built-in token merging; patches are applied to the UNet module itself.
+
+Errors: callbacks swallow exceptions, so nothing here raises for bad input. Invalid args leave ToMe off and write
+`ToMe error` into the infotext (and the API's `info`); the API middleware (`tome_webui.api`) refuses invalid
+requests before that. A model that cannot be patched gets `ToMe note` instead.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import nn
+
 import tome_core
-from tome_webui import compat, infotext
+from tome_webui import compat, infotext, report
+from tome_webui.hosts import host_of, unet_of
 from tome_webui.params import TomeArgsError, TomeJob, resolve
 
 log = logging.getLogger("tome")
@@ -43,20 +52,26 @@ class Run:
     job: TomeJob
     runtime: Runtime
     owner: weakref.ReferenceType[Any]  # the `p` this run belongs to (a copy of `p` must not inherit it)
-    noted: set[str] = field(default_factory=set)  # problems already logged
-    unpatchable: set[int] = field(default_factory=set)  # ids of models that cannot be patched (not retried per step)
+    is_img2img: bool = False
+    logged: set[str] = field(default_factory=set)  # notes already logged (once per generation)
+    unpatchable: set[int] = field(default_factory=set)  # ids of UNets that cannot be patched (not retried per step)
+    problems: dict[str, None] = field(default_factory=dict)  # this batch's reasons ToMe could not apply, in order
+    reports: dict[str, report.PassReport] = field(default_factory=dict)  # this batch's finished passes
+    pass_name: str | None = None  # the pass now sampling
+    pass_unet: nn.Module | None = None
+    pass_steps: int = 0
 
 
 class Runtime:
-    """The hook logic of one Script instance (one per tab); remembers weakly which models it patched."""
+    """The hook logic of one Script instance (one per tab); remembers weakly which UNets it patched."""
 
     def __init__(self) -> None:
-        self.patched: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.patched: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
     # ------------------------------------------------------------------------------------------ hooks
 
     def before_process(self, p: Any, args: Sequence[Any], *, is_img2img: bool) -> None:
-        remove_patches((*self.patched, *compat.loaded_models()))
+        remove_patches((*self.patched, *loaded_unets()))
         p.tome_run = None
         extra = getattr(p, "extra_generation_params", None) or {}
         ours: dict[str, str] = {}
@@ -69,7 +84,7 @@ class Runtime:
             ours = infotext.entries(job, with_hires=not is_img2img and bool(getattr(p, "enable_hr", False)))
             if switch_off_builtin(p, is_img2img=is_img2img):
                 ours[infotext.BUILTIN_KEY] = "disabled"
-            p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p))
+            p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p), is_img2img=is_img2img)
         if ours or any(key in infotext.ALL_KEYS for key in extra):
             # XYZ plot cells share one dict: never edit it, and never keep another cell's keys.
             p.extra_generation_params = {**infotext.without_ours(extra), **ours}
@@ -85,14 +100,33 @@ class Runtime:
             self._pass(p, is_hr_pass=True)
 
     def before_every_sampling(self, p: Any) -> None:
-        """v1.10+: right before each sampler call."""
+        """v1.10+ and Forge: right before each sampler call (Forge calls it twice before the hires pass)."""
         self._pass(p, is_hr_pass=bool(getattr(p, "is_hr_pass", False)))
+
+    def postprocess_batch(self, p: Any) -> None:
+        """After the passes of one batch, before its infotexts: say what fell short of the config."""
+        run = run_of(p)
+        if run is None:
+            return
+        finish_pass(run)
+        text = report.note(run.reports)
+        lines = [*run.problems, *([text] if text else [])]
+        run.problems.clear()
+        run.reports.clear()
+        for line in lines:
+            if line not in run.logged:
+                run.logged.add(line)
+                log.warning("ToMe: %s", line)
+        if lines:
+            p.extra_generation_params[infotext.NOTE_KEY] = "; ".join(lines)
+        else:
+            p.extra_generation_params.pop(infotext.NOTE_KEY, None)
 
     def postprocess(self, p: Any) -> None:
         run = run_of(p)
         if run is None:
             return
-        remove_patches((*self.patched, p.sd_model))
+        remove_patches((*self.patched, unet_of(p.sd_model)))
         restore = getattr(p, "tome_builtin_restore", None)
         if restore:
             options = compat.opts()
@@ -102,8 +136,11 @@ class Runtime:
 
     def _pass(self, p: Any, *, is_hr_pass: bool) -> None:
         run = run_of(p)
-        if run is not None:
-            ensure(p, run, is_hr_pass=is_hr_pass, new_pass=True)
+        if run is None:
+            return
+        finish_pass(run)
+        unet = ensure(p, run, is_hr_pass=is_hr_pass, new_pass=True)
+        start_pass(run, pass_name(run, is_hr_pass=is_hr_pass), unet)
 
 
 def run_of(p: Any) -> Run | None:
@@ -112,67 +149,109 @@ def run_of(p: Any) -> Run | None:
     return run if isinstance(run, Run) and run.owner() is p else None
 
 
-def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> None:
-    """Make the current model carry the config of the pass that runs (or no patch when that pass does not merge)."""
+def pass_name(run: Run, *, is_hr_pass: bool) -> str:
+    return "hires" if is_hr_pass else "img2img" if run.is_img2img else "first"
+
+
+def start_pass(run: Run, name: str, unet: nn.Module | None) -> None:
+    run.pass_name, run.pass_unet, run.pass_steps = name, unet, 0
+    if unet is not None:
+        tome_core.reset_stats(unet)
+
+
+def finish_pass(run: Run) -> None:
+    """Keep the counts of the pass that just sampled; a pass that did not sample (Forge's discarded hook call
+    before the hires pass) leaves no report."""
+    name, unet = run.pass_name, run.pass_unet
+    run.pass_name, run.pass_unet = None, None
+    if name is None or unet is None:
+        return
+    stats = tome_core.stats(unet)
+    if stats is None or not (stats.unet_calls or run.pass_steps):
+        return
+    new = report.PassReport(stats=stats, steps=run.pass_steps)
+    old = run.reports.get(name)  # a refiner took over mid-pass: keep whichever model fell short
+    if old is None or report.explain(old) is None or report.explain(new) is not None:
+        run.reports[name] = new
+
+
+def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> nn.Module | None:
+    """Make the current model carry the config of the pass that runs (or no patch when that pass does not merge).
+
+    Returns the UNet that carries the pass's config, or None when this pass does not merge.
+    """
     config = run.job.config_for(is_hr_pass)
     model = p.sd_model
-    if id(model) in run.unpatchable:
-        return
+    host = host_of(model)
+    if host.is_placeholder(model):
+        return None
+    unet = host.unet(model)
+    if unet is None:
+        if config is not None:
+            run.problems[f"not applied: {type(model).__name__} has no UNet to patch"] = None
+        return None
+    if id(unet) in run.unpatchable:
+        return None
     try:
-        if config is not None and compat.builtin_ratio_applied(model) > 0:
-            note_error(p, run, "the WebUI's built-in token merging is applied to the model; ToMe stayed off")
-            config = None
-        current = tome_core.get_config(model)
+        if config is not None and host.builtin_applied(model):
+            if host.remove_builtin(model):
+                p.extra_generation_params[infotext.BUILTIN_KEY] = "disabled"
+            else:
+                run.problems["not applied: the WebUI's built-in token merging is applied to the model"] = None
+                config = None
+        current = tome_core.get_config(unet)
         if config is None:
             if current is not None:
-                tome_core.remove_patch(model)
-            return
+                tome_core.remove_patch(unet)
+            return None
         if current != config:
-            tome_core.apply_patch(model, config)
+            tome_core.apply_patch(unet, config)
         elif new_pass:
-            tome_core.set_step(model, None, None)
-        run.runtime.patched.add(model)
-    except (TypeError, ValueError) as exc:  # no UNet (Forge 2, SD3) or no transformer blocks
-        run.unpatchable.add(id(model))
-        note_error(p, run, f"cannot patch {type(model).__name__}: {exc}")
+            tome_core.set_step(unet, None, None)
+        run.runtime.patched.add(unet)
+        return unet
+    except (TypeError, ValueError) as exc:  # no transformer blocks
+        run.unpatchable.add(id(unet))
+        run.problems[f"not applied: cannot patch {type(model).__name__}: {exc}"] = None
+        return None
 
 
-def note_error(p: Any, run: Run, message: str) -> None:
-    """Log a problem once per run and put it into the image's infotext."""
-    if message not in run.noted:
-        run.noted.add(message)
-        log.warning("ToMe: %s", message)
-    p.extra_generation_params[infotext.ERROR_KEY] = message
+def loaded_unets() -> list[nn.Module]:
+    """The UNet modules of every model the WebUI holds."""
+    return [unet for unet in map(unet_of, compat.loaded_models()) if unet is not None]
 
 
-def remove_patches(models: Iterable[Any]) -> None:
-    """Remove our patch from each model that has one."""
-    for model in models:
-        try:
-            if tome_core.is_patched(model):
-                tome_core.remove_patch(model)
-        except TypeError as exc:  # a model without a UNet cannot carry our patch
-            log.debug("ToMe: nothing to remove from %s: %s", type(model).__name__, exc)
+def remove_patches(unets: Iterable[nn.Module | None]) -> None:
+    """Remove our patch from each UNet that has one."""
+    for unet in unets:
+        if unet is not None and tome_core.is_patched(unet):
+            tome_core.remove_patch(unet)
 
 
 def switch_off_builtin(p: Any, *, is_img2img: bool) -> bool:
-    """Override the built-in token merging ratios to 0 for this job; True if it would have merged.
+    """Set the built-in token merging ratios to 0 for this job; True if it would have merged.
 
-    Only done when the built-in would run, and on a copy of `p.override_settings` (XYZ cells share the dict).
-    With `override_settings_restore_afterwards` off, the WebUI keeps overrides, so the settings are put back in
-    `postprocess` (for options present in `opts.data`; an absent one stays at its default 0).
+    Only done when the built-in would run. The settings are overridden on a copy of `p.override_settings` (XYZ
+    cells share the dict); with `override_settings_restore_afterwards` off, the WebUI keeps overrides, so the
+    settings are put back in `postprocess` (for options present in `opts.data`; an absent one stays at its
+    default 0). Ratios set on `p` itself (which the WebUI reads first) are set to 0 on `p`.
     """
     overrides = dict(getattr(p, "override_settings", None) or {})
 
-    def setting(key: str) -> float:
-        raw = overrides[key] if key in overrides else compat.option(key, 0)
+    def number(raw: Any, what: str) -> float:
         try:
             return float(raw or 0)
         except (TypeError, ValueError):
-            log.debug("ToMe: unreadable setting %s=%r", key, raw)
+            log.debug("ToMe: unreadable %s=%r", what, raw)
             return 0.0
 
+    def setting(key: str) -> float:
+        return number(overrides[key] if key in overrides else compat.option(key, 0), key)
+
+    own = {attr: number(getattr(p, attr, 0), attr) for attr in compat.BUILTIN_RATIO_ATTRS}
     ratio, ratio_hr, ratio_img2img = (setting(key) for key in compat.BUILTIN_RATIO_KEYS)
+    ratio = ratio or own["token_merging_ratio"]
+    ratio_hr = ratio_hr or own["token_merging_ratio_hr"]
     if is_img2img:
         active = ratio_img2img > 0 or ratio > 0
     else:
@@ -183,6 +262,9 @@ def switch_off_builtin(p: Any, *, is_img2img: bool) -> bool:
         data = compat.opts().data
         p.tome_builtin_restore = {key: data[key] for key in compat.BUILTIN_RATIO_KEYS if key in data}
     p.override_settings = {**overrides, **dict.fromkeys(compat.BUILTIN_RATIO_KEYS, 0)}
+    for attr, value in own.items():
+        if value:
+            setattr(p, attr, 0)
     return True
 
 
@@ -193,27 +275,26 @@ def on_cfg_denoiser(params: Any) -> None:
     """Each sampler step: re-check the current model's patch (refiner swap) and set the step for the step window."""
     p = compat.denoiser_p(params)
     if p is None:  # v1.6/1.7: no way to reach p
-        model = compat.current_model()
+        unet = unet_of(compat.current_model())
     else:
         run = run_of(p)
         if run is None:
             return
-        ensure(p, run, is_hr_pass=bool(getattr(p, "is_hr_pass", False)))
-        model = p.sd_model
-    if model is None:
-        return
-    try:
-        if tome_core.is_patched(model):
-            tome_core.set_step(model, params.sampling_step, params.total_sampling_steps)
-    except TypeError as exc:
-        log.debug("ToMe: no step for %s: %s", type(model).__name__, exc)
+        is_hr_pass = bool(getattr(p, "is_hr_pass", False))
+        unet = ensure(p, run, is_hr_pass=is_hr_pass)
+        if unet is not run.pass_unet and unet is not None:  # a refiner took over: count its blocks from here on
+            finish_pass(run)
+            start_pass(run, pass_name(run, is_hr_pass=is_hr_pass), unet)
+        run.pass_steps += 1
+    if unet is not None and tome_core.is_patched(unet):
+        tome_core.set_step(unet, params.sampling_step, params.total_sampling_steps)
 
 
 def on_model_loaded(sd_model: Any) -> None:
     """A (re)loaded model may be the same object with new weights: it starts unpatched; the next hook re-applies."""
-    remove_patches((sd_model,))
+    remove_patches((unet_of(sd_model),))
 
 
 def on_script_unloaded() -> None:
     """Reload UI: leave no patch behind."""
-    remove_patches(compat.loaded_models())
+    remove_patches(loaded_unets())

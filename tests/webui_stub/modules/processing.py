@@ -192,7 +192,9 @@ def process_images_inner(p: StableDiffusionProcessing) -> Processed:
         batch = {"batch_number": n, "prompts": [p.prompt], "seeds": [p.seed + n], "subseeds": [0]}
         p.scripts.before_process_batch(p, **batch)
         p.scripts.process_batch(p, **batch)
-        images.append(p.sample())
+        samples = p.sample()
+        p.scripts.postprocess_batch(p, samples, batch_number=n)
+        images.append(samples)
         infotexts.append(create_infotext(p, n))
     res = Processed(p, images, infotexts)
     p.scripts.postprocess(p, res)

@@ -57,6 +57,9 @@ class Script:
     def process_before_every_sampling(self, p: Any, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def postprocess_batch(self, p: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def postprocess(self, p: Any, processed: Any, *args: Any) -> None:
         pass
 
@@ -137,6 +140,9 @@ class _Runner:
 
     def before_hr(self, p: Any) -> None:
         self._each("before_hr", p)
+
+    def postprocess_batch(self, p: Any, images: Any, **kwargs: Any) -> None:
+        self._each("postprocess_batch", p, images, **kwargs)
 
     def postprocess(self, p: Any, processed: Any) -> None:
         self._each("postprocess", p, processed)

@@ -1,0 +1,92 @@
+"""The "ToMe note": what each pass really merged against what its config selects, and why it fell short."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tome_core import TomeStats
+from tome_webui.report import PassReport, explain, note
+
+FULL = TomeStats(
+    mode="merge",
+    total=16,
+    selected=5,
+    planned=5,
+    reached=5,
+    applied=5,
+    unet_calls=40,
+    active_calls=40,
+    grid_misses=0,
+    levels=frozenset({1}),
+    block_levels=frozenset({1, 2, 4, 8}),
+)
+
+
+def report(steps: int = 20, **changes: object) -> PassReport:
+    return PassReport(stats=replace(FULL, **changes), steps=steps)
+
+
+@pytest.mark.parametrize(
+    ("changes", "steps", "expected"),
+    [
+        ({}, 20, None),
+        ({"applied": 6}, 20, None),
+        ({"unet_calls": 0, "active_calls": 0}, 0, None),  # the pass did not sample: nothing to compare
+        (
+            {"unet_calls": 0, "active_calls": 0, "planned": 0, "reached": 0, "applied": 0},
+            20,
+            "merged in 0 of 5 blocks (the UNet ran without ToMe's hooks: torch.compile, or another extension "
+            "replaced its forward)",
+        ),
+        (
+            {
+                "selected": 0,
+                "planned": 0,
+                "reached": 0,
+                "applied": 0,
+                "levels": frozenset({1}),
+                "block_levels": frozenset({2, 4}),
+            },
+            20,
+            "merged in 0 of 0 blocks (no transformer block at the selected downsampling levels 1; this model has "
+            "them at 2, 4: try max downsample auto)",
+        ),
+        (
+            {"planned": 0, "reached": 0, "applied": 0, "active_calls": 0},
+            20,
+            "merged in 0 of 5 blocks (the step window excluded every step)",
+        ),
+        (
+            {"planned": 3, "reached": 3, "applied": 3, "grid_misses": 4},
+            20,
+            "merged in 3 of 5 blocks (their token count did not fit the latent size)",
+        ),
+        (
+            {"planned": 0, "reached": 0, "applied": 0},
+            20,
+            "merged in 0 of 5 blocks (the ratio merges no token at this size)",
+        ),
+        ({"reached": 2, "applied": 2}, 20, "merged in 2 of 5 blocks (attention replaced by another extension)"),
+        ({"applied": 4}, 20, "merged in 4 of 5 blocks (tokens changed by another extension before ToMe)"),
+        (
+            {"mode": "kv", "reached": 0, "applied": 0},
+            20,
+            "pooled keys/values in 0 of 5 blocks (attention replaced by another extension)",
+        ),
+    ],
+)
+def test_explain(changes: dict[str, object], steps: int, expected: str | None) -> None:
+    assert explain(report(steps, **changes)) == expected
+
+
+def test_note_names_passes_only_when_there_are_several() -> None:
+    short = report(reached=0, applied=0)
+    assert note({"first": short}) == "merged in 0 of 5 blocks (attention replaced by another extension)"
+    assert note({"first": report(), "hires": short}) == (
+        "hires pass: merged in 0 of 5 blocks (attention replaced by another extension)"
+    )
+    assert note({"first": short, "hires": short}).count("pass: merged in 0 of 5") == 2
+    assert note({"first": report(), "hires": report()}) is None
+    assert note({}) is None

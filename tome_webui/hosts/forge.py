@@ -1,0 +1,73 @@
+"""Forge 2 (`backend/`) and the Forge 1 forks (reForge, Forge Classic): models that carry `forge_objects`.
+
+The UNet module is `sd_model.forge_objects.unet.model.diffusion_model` (in Forge 2 the engine has no `.model`;
+in the Forge 1 forks `.model.diffusion_model` is the same module). It is one module instance for every
+generation until a checkpoint change builds a new one, and it is called with `transformer_options`, which our
+forward hooks ignore.
+
+`forge_objects.unet` is a patcher (ComfyUI's ModelPatcher) that the host resets before every sampling. The
+built-in token merging adds `TomePatcher` functions as attn1 patches to it; they are taken off by replacing
+`forge_objects.unet` with a clone without them, which the host's next reset discards like any other patch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+#: Class names of the object Forge 2 holds as `sd_model` before the first checkpoint is loaded.
+PLACEHOLDERS: frozenset[str] = frozenset({"FakeInitialModel"})
+#: The built-in's patch functions are closures defined in `TomePatcher.patch`.
+BUILTIN_QUALNAME_PREFIX = "TomePatcher."
+
+
+def owns(model: Any) -> bool:
+    return hasattr(model, "forge_objects") or type(model).__name__ in PLACEHOLDERS
+
+
+def _patcher(model: Any) -> Any:
+    return getattr(getattr(model, "forge_objects", None), "unet", None)
+
+
+def _patches(patcher: Any) -> dict[str, list[Any]]:
+    options = getattr(patcher, "model_options", None) or {}
+    return (options.get("transformer_options") or {}).get("patches") or {}
+
+
+def _is_builtin(fn: Any) -> bool:
+    return str(getattr(fn, "__qualname__", "")).startswith(BUILTIN_QUALNAME_PREFIX)
+
+
+class ForgeHost:
+    name = "forge"
+
+    def unet(self, model: Any) -> nn.Module | None:
+        inner = getattr(getattr(_patcher(model), "model", None), "diffusion_model", None)
+        if isinstance(inner, nn.Module) and any(hasattr(inner, n) for n in ("input_blocks", "down_blocks")):
+            return inner
+        return None  # Flux, Chroma, SD3: a transformer, no UNet
+
+    def is_placeholder(self, model: Any) -> bool:
+        return type(model).__name__ in PLACEHOLDERS
+
+    def builtin_applied(self, model: Any) -> bool:
+        return any(_is_builtin(fn) for fns in _patches(_patcher(model)).values() for fn in fns)
+
+    def remove_builtin(self, model: Any) -> bool:
+        patcher = _patcher(model)
+        if patcher is None or not callable(getattr(patcher, "clone", None)):
+            return False
+        clone = patcher.clone()  # deep-copies model_options: the patcher the host resets to keeps its patches
+        patches = _patches(clone)
+        for name, fns in list(patches.items()):
+            kept = [fn for fn in fns if not _is_builtin(fn)]
+            if kept:
+                patches[name] = kept
+            else:  # an empty list still makes Forge pass keys/values explicitly
+                del patches[name]
+        model.forge_objects.unet = clone
+        return not self.builtin_applied(model)
+
+
+HOST = ForgeHost()

@@ -1,0 +1,72 @@
+"""Never silent: what ToMe really did in each sampling pass, compared with what the accordion asked for.
+
+The core counts, per pass, the transformer blocks the config selects and those that really merged tokens (or
+pooled keys/values) at least once (`tome_core.stats`). When the two differ, `note` explains it in one line for
+the infotext and the log, e.g. ``merged in 0 of 16 blocks (attention replaced by another extension)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tome_core import TomeStats
+
+PASS_LABELS: Mapping[str, str] = {"first": "first pass", "hires": "hires pass", "img2img": "img2img"}
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """One sampling pass: the core's counts and the sampler steps the WebUI reported for it."""
+
+    stats: TomeStats
+    steps: int
+
+
+def _levels(levels: frozenset[int]) -> str:
+    return ", ".join(str(level) for level in sorted(levels)) or "none"
+
+
+def explain(report: PassReport) -> str | None:
+    """Why fewer blocks merged than the config selects, with the counts; None when all of them did."""
+    s = report.stats
+    verb = "pooled keys/values in" if s.mode == "kv" else "merged in"
+    if s.selected == 0:
+        return (
+            f"{verb} 0 of 0 blocks (no transformer block at the selected downsampling levels "
+            f"{_levels(s.levels)}; this model has them at {_levels(s.block_levels)}: try max downsample auto)"
+        )
+    if s.unet_calls == 0:
+        if report.steps == 0:
+            return None  # the pass did not sample (or the host does not say): nothing to compare
+        return (
+            f"{verb} 0 of {s.selected} blocks (the UNet ran without ToMe's hooks: torch.compile, or another "
+            "extension replaced its forward)"
+        )
+    if s.applied >= s.selected:
+        return None
+    reasons = []
+    if s.planned < s.selected:
+        if s.active_calls == 0:
+            reasons.append("the step window excluded every step")
+        elif s.grid_misses:
+            reasons.append("their token count did not fit the latent size")
+        elif s.mode == "merge":
+            reasons.append("the ratio merges no token at this size")
+        else:
+            reasons.append("no token grid at this size")
+    if s.reached < s.planned:
+        reasons.append("attention replaced by another extension")
+    if s.applied < s.reached:
+        reasons.append("tokens changed by another extension before ToMe")
+    return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
+
+
+def note(reports: Mapping[str, PassReport]) -> str | None:
+    """The infotext note of one batch: each pass that fell short, prefixed by its name when there are several."""
+    lines = []
+    for name, report in reports.items():
+        text = explain(report)
+        if text is not None:
+            lines.append(f"{PASS_LABELS.get(name, name)}: {text}" if len(reports) > 1 else text)
+    return "; ".join(lines) or None
