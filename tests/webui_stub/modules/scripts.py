@@ -142,7 +142,7 @@ class _Runner:
         self._each("before_hr", p)
 
     def postprocess_batch(self, p: Any, images: Any, **kwargs: Any) -> None:
-        self._each("postprocess_batch", p, images, **kwargs)
+        self._each("postprocess_batch", p, images=images, **kwargs)
 
     def postprocess(self, p: Any, processed: Any) -> None:
         self._each("postprocess", p, processed)

@@ -1,0 +1,214 @@
+"""Against a running WebUI (A1111 1.10, Forge 2, reForge, Forge Classic) with the extension installed.
+
+Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set. Environment:
+
+    TOME_WEBUI_URL       the server, e.g. http://127.0.0.1:7860 (started with --api)
+    TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
+                         requests and answers HTTP 500 to any `infotext` request field (a host bug)
+    TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off)
+    TOME_WEBUI_BASELINE  optional: a PNG the same server made for `plain_request()` with the extension absent
+                         (`extensions/` without it); ToMe off must give bitwise the same pixels
+    TOME_WEBUI_EVIDENCE  optional: a folder that receives each response's `info` as JSON
+
+Run: `TOME_WEBUI_URL=http://127.0.0.1:7860 python -m pytest -m webui tests/test_live_webui.py -v`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.webui,
+    pytest.mark.skipif(not os.environ.get("TOME_WEBUI_URL"), reason="TOME_WEBUI_URL is not set"),
+]
+
+URL = os.environ.get("TOME_WEBUI_URL", "").rstrip("/")
+HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
+ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
+SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (64, 3)
+
+
+def plain_request(**extra: Any) -> dict[str, Any]:
+    """The txt2img request every test starts from (also the one to record `TOME_WEBUI_BASELINE` with)."""
+    body: dict[str, Any] = {
+        "prompt": "a red apple on a table",
+        "negative_prompt": "blurry",
+        "steps": STEPS,
+        "width": SIZE,
+        "height": SIZE,
+        "sampler_name": "Euler a",
+        "seed": 1234,
+        "override_settings": {"live_previews_enable": False},
+    }
+    body.update(extra)
+    return body
+
+
+def hires(**extra: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "enable_hr": True,
+        "hr_scale": 1.5,
+        "hr_upscaler": "Latent",
+        "denoising_strength": 0.5,
+        "hr_second_pass_steps": 2,
+        "hr_sampler_name": "Euler a",
+    }
+    if HOST == "forge":
+        fields["hr_additional_modules"] = ["Use same choices"]
+        fields["hr_cfg"] = 7.0
+    return {**fields, **extra}
+
+
+def post(path: str, body: dict[str, Any], *, name: str | None = None) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"{URL}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=900) as response:
+            status, payload = response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        status, payload = error.code, json.loads(error.read() or b"{}")
+    evidence = os.environ.get("TOME_WEBUI_EVIDENCE")
+    if evidence and name:
+        record = {"status": status, "request": body, "info": payload.get("info"), "detail": payload.get("detail")}
+        Path(evidence, f"{HOST}-{ARCH}-{name}.json").write_text(json.dumps(record, indent=1))
+    return status, payload
+
+
+def get(path: str) -> Any:
+    with urllib.request.urlopen(f"{URL}{path}", timeout=60) as response:
+        return json.loads(response.read())
+
+
+def info_of(payload: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(payload["info"])
+
+
+def extra_params(payload: dict[str, Any]) -> dict[str, Any]:
+    return info_of(payload)["extra_generation_params"]
+
+
+def pixels(b64: str) -> bytes:
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB").tobytes()
+
+
+def tome(*args: Any) -> dict[str, Any]:
+    return {"tome": {"args": list(args)}}
+
+
+def test_script_info_lists_the_script_in_both_tabs() -> None:
+    entries = [e for e in get("/sdapi/v1/script-info") if e["name"] == "tome"]
+    assert sorted(e["is_img2img"] for e in entries) == [False, True]
+    assert all(e["is_alwayson"] for e in entries)
+
+
+def test_txt2img_merges_every_selected_block() -> None:
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.5)), name="txt2img")
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert extra["ToMe ratio"] == "0.5" and extra["ToMe max downsample"] == "auto"
+    assert "ToMe note" not in extra and "ToMe error" not in extra
+
+
+def test_off_is_the_image_without_the_extension() -> None:
+    status, on = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.5)))
+    status_off, off = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(False)), name="off")
+    status_none, none = post("/sdapi/v1/txt2img", plain_request())
+    assert (status, status_off, status_none) == (200, 200, 200)
+    assert pixels(off["images"][0]) == pixels(none["images"][0])  # right after a ToMe run: nothing leaked
+    assert pixels(on["images"][0]) != pixels(off["images"][0])
+    assert not any(key.startswith("ToMe") for key in extra_params(off))
+    baseline = os.environ.get("TOME_WEBUI_BASELINE")
+    if baseline:
+        assert pixels(off["images"][0]) == pixels(base64.b64encode(Path(baseline).read_bytes()).decode())
+
+
+def test_hires_own_settings() -> None:
+    body = plain_request(**hires(), alwayson_scripts={"tome": {"args": [{"ratio": 0.5, "hires": {"ratio": 0.7}}]}})
+    status, payload = post("/sdapi/v1/txt2img", body, name="hires")
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert extra["ToMe hires"] == "own" and extra["ToMe hires ratio"] == "0.7"
+    assert "ToMe note" not in extra and "ToMe error" not in extra
+
+
+def test_img2img() -> None:
+    _, first = post("/sdapi/v1/txt2img", plain_request())
+    body = plain_request(init_images=[first["images"][0]], denoising_strength=0.6, alwayson_scripts=tome(True, 0.5))
+    status, payload = post("/sdapi/v1/img2img", body, name="img2img")
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert extra["ToMe ratio"] == "0.5" and "ToMe note" not in extra
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([True, 5], "ratio (args[1]) must be a number in [0, 0.95], got 5"),
+        ([{"ratio": 0.5, "nope": 1}], "nope"),
+    ],
+)
+def test_bad_input_is_refused_with_422(args: list[Any], needle: str) -> None:
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts={"tome": {"args": args}}), name="422")
+    assert status == 422, payload
+    assert needle in json.dumps(payload)
+
+
+def test_builtin_is_switched_off_while_ours_runs() -> None:
+    overrides = {"live_previews_enable": False, "token_merging_ratio": 0.5}
+    status, payload = post(
+        "/sdapi/v1/txt2img",
+        plain_request(override_settings=overrides, alwayson_scripts=tome(True, 0.3)),
+        name="builtin",
+    )
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert extra["ToMe builtin"] == "disabled" and "Token merging ratio" not in extra
+    assert "ToMe note" not in extra
+
+
+def test_paste_through_the_api_infotext_field() -> None:
+    if HOST == "forge":
+        pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
+    status, source = post(
+        "/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.6, "auto", 2, 2, False)), name="source"
+    )
+    assert status == 200
+    infotext = info_of(source)["infotexts"][0]
+    status, pasted = post("/sdapi/v1/txt2img", plain_request(infotext=infotext), name="pasted")
+    assert status == 200, pasted
+    extra = extra_params(pasted)
+    assert extra["ToMe ratio"] == "0.6" and extra["ToMe random partitions"] == "False"
+    assert pixels(pasted["images"][0]) == pixels(source["images"][0])
+
+
+def test_note_when_no_block_sits_at_the_selected_levels() -> None:
+    """max downsample 1 selects level 1, where SDXL has no attention (tomesd's default does nothing there)."""
+    if ARCH != "sdxl":
+        pytest.skip("SD1.x/SD2.x have attention at level 1")
+    status, payload = post(
+        "/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.5, "1")), name="sdxl-level1"
+    )
+    assert status == 200
+    assert extra_params(payload)["ToMe note"].startswith("merged in 0 of 0 blocks (no transformer block at the")
+
+
+def test_note_when_another_extension_replaces_the_attention() -> None:
+    if HOST != "forge":
+        pytest.skip("uses Forge's built-in StyleAlign, which replaces self-attention with a patch")
+    scripts = {**tome(True, 0.5), "StyleAlign Integrated": {"args": [True, 1.0]}}
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name="stylealign")
+    assert status == 200, payload
+    note = extra_params(payload)["ToMe note"]
+    assert note.startswith("merged in 0 of ") and note.endswith("blocks (attention replaced by another extension)")
