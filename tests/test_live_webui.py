@@ -6,6 +6,7 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
     TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
                          requests and answers HTTP 500 to any `infotext` request field (a host bug)
     TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off)
+    TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)
     TOME_WEBUI_BASELINE  optional: a PNG the same server made for `plain_request()` with the extension absent
                          (`extensions/` without it); ToMe off must give bitwise the same pixels
     TOME_WEBUI_EVIDENCE  optional: a folder that receives each response's `info` as JSON
@@ -37,6 +38,12 @@ ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
 SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (64, 3)
 
 
+def overrides(**extra: Any) -> dict[str, Any]:
+    """`override_settings`: live previews off (SDXL's would download a decoder), the checkpoint if one is named."""
+    checkpoint = os.environ.get("TOME_WEBUI_CHECKPOINT")
+    return {"live_previews_enable": False, **({"sd_model_checkpoint": checkpoint} if checkpoint else {}), **extra}
+
+
 def plain_request(**extra: Any) -> dict[str, Any]:
     """The txt2img request every test starts from (also the one to record `TOME_WEBUI_BASELINE` with)."""
     body: dict[str, Any] = {
@@ -47,7 +54,7 @@ def plain_request(**extra: Any) -> dict[str, Any]:
         "height": SIZE,
         "sampler_name": "Euler a",
         "seed": 1234,
-        "override_settings": {"live_previews_enable": False},
+        "override_settings": overrides(),
     }
     body.update(extra)
     return body
@@ -166,16 +173,18 @@ def test_bad_input_is_refused_with_422(args: list[Any], needle: str) -> None:
 
 
 def test_builtin_is_switched_off_while_ours_runs() -> None:
-    overrides = {"live_previews_enable": False, "token_merging_ratio": 0.5}
+    builtin = overrides(token_merging_ratio=0.5)
     status, payload = post(
         "/sdapi/v1/txt2img",
-        plain_request(override_settings=overrides, alwayson_scripts=tome(True, 0.3)),
+        plain_request(override_settings=builtin, alwayson_scripts=tome(True, 0.3)),
         name="builtin",
     )
     assert status == 200, payload
     extra = extra_params(payload)
-    assert extra["ToMe builtin"] == "disabled" and "Token merging ratio" not in extra
-    assert "ToMe note" not in extra
+    assert extra["ToMe builtin"] == "disabled" and "ToMe note" not in extra
+    assert "Token merging ratio" not in info_of(payload)["infotexts"][0]
+    status, alone = post("/sdapi/v1/txt2img", plain_request(override_settings=builtin))
+    assert status == 200 and "Token merging ratio: 0.5" in info_of(alone)["infotexts"][0]  # as without ours
 
 
 def test_paste_through_the_api_infotext_field() -> None:
