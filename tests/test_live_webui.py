@@ -87,6 +87,7 @@ def post(path: str, body: dict[str, Any], *, name: str | None = None) -> tuple[i
     evidence = os.environ.get("TOME_WEBUI_EVIDENCE")
     if evidence and name:
         record = {"status": status, "request": body, "info": payload.get("info"), "detail": payload.get("detail")}
+        Path(evidence).mkdir(parents=True, exist_ok=True)
         Path(evidence, f"{HOST}-{ARCH}-{name}.json").write_text(json.dumps(record, indent=1))
     return status, payload
 
