@@ -204,13 +204,26 @@ def test_attn1_patch_of_another_extension_still_merges(engine: forge.Engine, mod
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain.sampler.outputs(), p.sampler.outputs()))
 
 
-def test_compiled_unet_that_ignores_hooks_is_noted(engine: forge.Engine) -> None:
+@pytest.mark.parametrize(
+    ("compiled", "note"),
+    [
+        (
+            "inplace",
+            "merged in 0 of 4 blocks (the UNet ran without ToMe's hooks: torch.compile, or another extension "
+            "replaced its forward)",
+        ),
+        (
+            "wrapper",
+            "merged in 0 of 4 blocks (the blocks ran without ToMe's hooks: torch.compile, or another extension "
+            "replaced them)",
+        ),
+    ],
+)
+def test_compiled_unet_that_ignores_hooks_is_noted(engine: forge.Engine, compiled: str, note: str) -> None:
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _, processed = webui.run(tome=tome_args(True), sampler=forge.ForgeSampler(compiled=True))
-    assert processed.extra_generation_params[NOTE] == (
-        "merged in 0 of 4 blocks (the UNet ran without ToMe's hooks: torch.compile, or another extension replaced "
-        "its forward)"
-    )
+    _, processed = webui.run(tome=tome_args(True), sampler=forge.ForgeSampler(compiled=compiled))
+    assert processed.extra_generation_params[NOTE] == note
+    assert not patched(engine)
 
 
 def test_sdxl_merges_with_auto_levels_and_notes_level_1() -> None:

@@ -18,6 +18,7 @@ FULL = TomeStats(
     applied=5,
     unet_calls=40,
     active_calls=40,
+    block_calls=200,
     grid_misses=0,
     levels=frozenset({1}),
     block_levels=frozenset({1, 2, 4, 8}),
@@ -52,6 +53,12 @@ def report(steps: int = 20, **changes: object) -> PassReport:
             20,
             "merged in 0 of 0 blocks (no transformer block at the selected downsampling levels 1; this model has "
             "them at 2, 4: try max downsample auto)",
+        ),
+        (
+            {"planned": 0, "reached": 0, "applied": 0, "block_calls": 0},
+            20,
+            "merged in 0 of 5 blocks (the blocks ran without ToMe's hooks: torch.compile, or another extension "
+            "replaced them)",
         ),
         (
             {"planned": 0, "reached": 0, "applied": 0, "active_calls": 0},

@@ -76,6 +76,7 @@ class _State:
     block_levels: frozenset[int] = frozenset()
     unet_calls: int = 0  # UNet forwards since the last `reset_stats`
     active_calls: int = 0  # ... of which inside the step window
+    block_calls: int = 0  # calls of selected blocks seen by their hooks
     grid_misses: int = 0  # block calls whose token count fit no level of the latent
 
 
@@ -87,6 +88,8 @@ class TomeStats:
     `total` transformer blocks. `planned`: selected blocks that got a merge plan (or kv grid) at least once.
     `reached`: planned blocks whose hooked attention/MLP module then ran (another extension may replace the
     attention and skip the module). `applied`: blocks that really merged tokens (or pooled keys/values).
+    `unet_calls`, `active_calls` (inside the step window) and `block_calls` count hook calls: a UNet compiled
+    before the patch runs a graph that ignores hooks added later.
     """
 
     mode: str
@@ -97,6 +100,7 @@ class TomeStats:
     applied: int
     unet_calls: int
     active_calls: int
+    block_calls: int
     grid_misses: int
     levels: frozenset[int]  # the levels the config selects
     block_levels: frozenset[int]  # the levels that hold transformer blocks
@@ -242,6 +246,7 @@ def stats(model: Any) -> TomeStats | None:
         applied=sum(1 for b in state.blocks if b.applied),
         unet_calls=state.unet_calls,
         active_calls=state.active_calls,
+        block_calls=state.block_calls,
         grid_misses=state.grid_misses,
         levels=frozenset(lv for lv in state.block_levels | set(LEVELS) if config.merges_level(lv, state.auto_levels))
         if not config.is_noop
@@ -255,7 +260,7 @@ def reset_stats(model: Any) -> None:
     state = find_unet(model).__dict__.get(STATE_ATTR)
     if state is None:
         return
-    state.unet_calls = state.active_calls = state.grid_misses = 0
+    state.unet_calls = state.active_calls = state.block_calls = state.grid_misses = 0
     for block in state.blocks:
         block.planned = block.reached = block.applied = 0
 
@@ -378,6 +383,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         slot.merge = slot.unmerge = None
         slot.grid = None
+        state.block_calls += 1
         if not state.active or state.latent is None:
             return
         x = _first_arg(args, kwargs, "x", "hidden_states")

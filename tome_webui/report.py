@@ -47,7 +47,9 @@ def explain(report: PassReport) -> str | None:
         return None
     reasons = []
     if s.planned < s.selected:
-        if s.active_calls == 0:
+        if s.block_calls == 0:
+            reasons.append("the blocks ran without ToMe's hooks: torch.compile, or another extension replaced them")
+        elif s.active_calls == 0:
             reasons.append("the step window excluded every step")
         elif s.grid_misses:
             reasons.append("their token count did not fit the latent size")

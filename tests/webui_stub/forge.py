@@ -21,9 +21,10 @@ generations whose sampler evaluates the real stand-in UNet, so outputs can be co
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,13 +344,13 @@ class ForgeSampler:
     """Evaluates the engine's UNet through its patcher, one call per step (cond and uncond in one batch).
 
     `other_extension(patcher) -> patcher` runs right before sampling, like another extension's
-    `process_before_every_sampling` (an attention replace patch, say). `compiled`: the UNet runs as a compiled
-    graph that ignores hooks added after compilation (reForge `--torch-compile`): its forward is called without
-    the module's hooks.
+    `process_before_every_sampling` (an attention replace patch, say). `compiled`: the UNet runs as a graph
+    compiled before ToMe's hooks existed, which ignores them: "wrapper" (reForge `--torch-compile` wraps the
+    module, so only the wrapper's own hooks run) or "inplace" (no hook runs at all).
     """
 
     other_extension: Callable[[UnetPatcher], UnetPatcher] | None = None
-    compiled: bool = False
+    compiled: str | None = None
     fail_at: tuple[str, int] | None = None
     records: list[Sampled] = field(default_factory=list)
 
@@ -371,8 +372,8 @@ class ForgeSampler:
             unet = patcher.model.diffusion_model
             options = copy.copy(patcher.model_options.get("transformer_options", {}))
             t = torch.full((2,), 999.0 * (1 - step / steps))
-            with torch.no_grad():
-                call = unet.forward if self.compiled else unet
+            with torch.no_grad(), _hooks_ignored(unet, self.compiled):
+                call = unet.forward if self.compiled == "inplace" else unet
                 x = call(x, t, context=context, transformer_options=options)
             config = tome_core.get_config(unet) if isinstance(unet, ForgeUNet) else None
             self.records.append(Sampled(pass_name, p.iteration, config, builtin_patched(engine), x.clone()))
@@ -380,6 +381,24 @@ class ForgeSampler:
 
     def outputs(self) -> list[torch.Tensor]:
         return [r.output for r in self.records]
+
+
+@contextlib.contextmanager
+def _hooks_ignored(unet: nn.Module, compiled: str | None) -> Iterator[None]:
+    """Inside: the hooks of the UNet's submodules do not run (a graph traced before they were added)."""
+    if compiled is None:
+        yield
+        return
+    saved = [(m, m._forward_pre_hooks.copy(), m._forward_hooks.copy()) for m in unet.modules() if m is not unet]
+    for module, _, _ in saved:
+        module._forward_pre_hooks.clear()
+        module._forward_hooks.clear()
+    try:
+        yield
+    finally:
+        for module, pre, post in saved:
+            module._forward_pre_hooks.update(pre)
+            module._forward_hooks.update(post)
 
 
 def reset_forge_objects(engine: Engine, which: str) -> None:
