@@ -758,3 +758,14 @@ def test_stats_ratio_too_small_plans_nothing(build: Callable[..., torch.nn.Modul
     tiny_models.forward(unet, tiny_models.make_inputs(batch=2, height=8, width=8))
     stats = tome_core.stats(unet)
     assert (stats.selected, stats.planned, stats.applied, stats.unet_calls) == (3, 0, 0, 1)
+
+
+def test_compiled_unet_is_refused_not_silently_patched(build: Callable[..., torch.nn.Module]) -> None:
+    unet = build("ldm_sd1")
+    compiled = torch.compile(unet)  # lazy: nothing is compiled until it is called
+    before = tiny_models.snapshot(unet)
+    with pytest.raises(TypeError, match=r"compiled with torch.compile.*\._orig_mod"):
+        tome_core.apply_patch(compiled, ratio=0.5)
+    assert not tome_core.is_patched(compiled) and tiny_models.snapshot(unet) == before
+    tome_core.apply_patch(compiled._orig_mod, ratio=0.5)  # the uncompiled module patches as usual
+    assert tome_core.is_patched(unet)

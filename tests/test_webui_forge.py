@@ -279,3 +279,15 @@ def test_checkpoint_change_leaves_the_old_unet_clean(engine: forge.Engine) -> No
     forge.process_images(p, to_load=engine)
     webui.run(tome=tome_args(False))
     assert not patched(engine) and not patched(other)
+
+
+def test_unet_compiled_by_the_host_is_not_patched_and_noted() -> None:
+    """reForge --torch-compile puts a compiled wrapper at `diffusion_model`: ours does not pretend to merge."""
+    unet = forge.build_unet(forge.SD1_DEPTHS, seed=0)
+    engine = forge.Engine(unet)
+    engine.forge_objects.unet.model.diffusion_model = torch.compile(unet)
+    webui = forge.ForgeWebUI(engine, lazy=False)
+    _, processed = webui.run(tome=tome_args(True), sampler=forge.ForgeSampler(compiled="wrapper"))
+    note = processed.extra_generation_params[NOTE]
+    assert note.startswith("not applied: cannot patch Engine: OptimizedModule is compiled with torch.compile")
+    assert not tome_core.is_patched(unet) and errors.reported == []

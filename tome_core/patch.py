@@ -181,6 +181,12 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) 
         raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
     config = TomeConfig.from_dict(fields, base=config)
     unet = find_unet(model)
+    if hasattr(unet, "_orig_mod"):
+        # Seen in reForge's --torch-compile: the hooks counted as run, yet the images equalled those without them.
+        raise TypeError(
+            f"{type(unet).__name__} is compiled with torch.compile, and its compiled graph does not apply hooks"
+            " added afterwards: patch and run the uncompiled module (._orig_mod) instead"
+        )
     blocks = _structural_levels(unet)
     if not blocks:
         raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")

@@ -370,6 +370,8 @@ class ForgeSampler:
                 raise RuntimeError(f"sampler failed in the {pass_name} pass")
             patcher = engine.forge_objects.unet
             unet = patcher.model.diffusion_model
+            # A torch.compile wrapper: run the module it wraps (compiling would take the test a minute).
+            unet = getattr(unet, "_orig_mod", unet)
             options = copy.copy(patcher.model_options.get("transformer_options", {}))
             t = torch.full((2,), 999.0 * (1 - step / steps))
             with torch.no_grad(), _hooks_ignored(unet, self.compiled):
