@@ -1,7 +1,8 @@
 # sd-webui-tome developer tasks. Everything runs on the CPU, offline after `make venv`.
 #   make venv    create/refresh .venv (incremental: only re-runs when a requirements file changes)
 #   make test    ruff check + ruff format --check + pytest (all but live-WebUI tests; browser tests skip without chromium)
-#   make bench   python -m tome_core.bench (BENCH_ARGS="..." passes options)
+#   make bench   python -m tome_core.bench: SD1.5, 512 and 1024 px, ratio 0.5, ~8 min on 2 cores (BENCH_ARGS="..."
+#                passes options, e.g. BENCH_ARGS="--full" for the full matrix, 20-25 min)
 #   make lint / make format / make clean
 
 SHELL := /bin/bash

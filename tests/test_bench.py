@@ -1,15 +1,20 @@
-"""The benchmark (`python -m tome_core.bench`) and its architectures: a fast in-process smoke run on a tiny
-UNet, option parsing derived from the field table, the SD1.5/SDXL configs and checkpoint loading."""
+"""The benchmark package (`python -m tome_core.bench`) and its architectures: a fast in-process smoke run on a
+tiny UNet, option parsing derived from the field table, the default/full/quick matrices, the SD1.5/SDXL configs
+and checkpoint loading."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tome_core import archs, bench
+import tome_core.bench
+from tome_core.bench import archs, cli, run
 from tome_core.config import TomeConfig, field_specs
 
 
@@ -25,39 +30,40 @@ def one_thread():
 def test_bench_tiny_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench-out"
     rng_before = torch.get_rng_state()
-    argv = ["--arch", "tiny", "--sizes", "64", "--ratios", "0.5", "--repeats", "1", "--threads", "1"]
-    code = bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
+    # the CPU default's warm-up (none: one untimed baseline call), two timed runs
+    argv = ["--arch", "tiny", "--sizes", "64", "--ratios", "0.5", "--repeats", "2", "--threads", "1"]
+    code = tome_core.bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
     assert code == 0
     assert torch.equal(torch.get_rng_state(), rng_before), "the benchmark must leave the global RNG alone"
 
     printed = capsys.readouterr().out
     assert "| arch | size | variant | ratio | median s | speed-up |" in printed
-    assert "PASS: tiny 64px: baseline output bitwise identical" in printed
+    assert "PASS: tiny 64px: baseline output bitwise identical in 1 later timed run(s) after 2 patch/unpatch" in printed
     for name in ("bench.md", "bench.png", "bench.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "bench.md").read_text()
     assert "python -m tome_core.bench --arch tiny" in md and "torch threads: 1" in md
-    assert "use_rand=False" in md
+    assert "use_rand=False" in md and "2 timed runs per variant after one untimed baseline call" in md
 
     data = json.loads((out / "bench.json").read_text())
     rows = {(r["variant"], r["ratio"]): r for r in data["rows"]}
     assert rows[("baseline", None)]["deviation"] == 0.0
     assert rows[("baseline", None)]["speedup"] == 1.0
-    expected = {("ours", 0.5)} | ({("tomesd", 0.5)} if bench.load_tomesd()[0] is not None else set())
+    expected = {("ours", 0.5)} | ({("tomesd", 0.5)} if run.load_tomesd()[0] is not None else set())
     assert expected <= set(rows)
     for key in expected:
         row = rows[key]
         assert row["error"] is None, row["error"]
         assert row["deviation"] > 0.0, key
-        assert row["median_s"] > 0.0 and len(row["times_s"]) == 1
+        assert row["median_s"] > 0.0 and len(row["times_s"]) == 2
     assert all(c["ok"] for c in data["checks"])
     assert data["ours_config"]["use_rand"] is False
 
 
 def test_variants_subset_always_runs_baseline(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    code = bench.main(
+    code = tome_core.bench.main(
         ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
     )
     assert code == 0
@@ -65,8 +71,17 @@ def test_variants_subset_always_runs_baseline(tmp_path: Path) -> None:
     assert variants == ["baseline", "ours"]
 
 
+def test_single_baseline_run_claims_no_bitwise_check(tmp_path: Path) -> None:
+    """--warmup 0 --repeats 1 runs the baseline once after the priming call: nothing to compare, nothing claimed."""
+    out = tmp_path / "o"
+    argv = ["--arch", "tiny", "--sizes", "32", "--repeats", "1", "--warmup", "0", "--variants", "ours"]
+    assert tome_core.bench.main([*argv, "--threads", "1", "--out", str(out)]) == 0
+    checks = [c["text"] for c in json.loads((out / "bench.json").read_text())["checks"]]
+    assert checks == ["tiny 32px: no hook or class left behind by any removal"]
+
+
 def test_set_parses_by_field_kind() -> None:
-    values = bench.parse_sets(
+    values = cli.parse_sets(
         ["mode=kv", "max_downsample=2", "matching=global", "seed=none", "use_rand=off", "sx=4", "step_end=0.8"]
     )
     assert values == {
@@ -78,12 +93,12 @@ def test_set_parses_by_field_kind() -> None:
         "sx": 4,
         "step_end": 0.8,
     }
-    assert bench.parse_sets(["max_downsample=auto"]) == {"max_downsample": "auto"}
+    assert cli.parse_sets(["max_downsample=auto"]) == {"max_downsample": "auto"}
     # every field but ratio can be set with its default's text
     for spec in field_specs():
         if spec.name != "ratio":
             text = "none" if spec.default is None else str(spec.default)
-            assert bench.parse_sets([f"{spec.name}={text}"]) == {spec.name: spec.default}
+            assert cli.parse_sets([f"{spec.name}={text}"]) == {spec.name: spec.default}
 
 
 @pytest.mark.parametrize(
@@ -102,10 +117,10 @@ def test_set_parses_by_field_kind() -> None:
 )
 def test_set_errors_name_field_and_allowed_values(item: str, words: list[str]) -> None:
     if not words:
-        bench.parse_sets([item])
+        cli.parse_sets([item])
         return
     with pytest.raises(ValueError) as info:
-        bench.parse_sets([item])
+        cli.parse_sets([item])
     for word in words:
         assert word in str(info.value)
 
@@ -120,18 +135,79 @@ def test_bad_options_exit_with_usage_error(capsys: pytest.CaptureFixture[str]) -
         (["--set", "step_start=0.9", "--set", "step_end=0.5"], "step_start"),
     ]:
         with pytest.raises(SystemExit) as info:
-            bench.parse_options(argv)
+            cli.parse_options(argv)
         assert info.value.code == 2
         assert word in capsys.readouterr().err
 
 
-def test_quick_and_defaults() -> None:
-    quick = bench.parse_options(["--quick"])
-    assert (quick.sizes, quick.ratios, quick.repeats) == ([(256, 256)], [0.5], 1)
-    full = bench.parse_options([])
-    assert full.sizes == [(512, 512), (1024, 1024)] and full.ratios == [0.3, 0.5, 0.7] and full.repeats == 3
-    assert full.dtype == torch.float32 and full.variants == ["baseline", "ours", "tomesd"]
-    assert bench.parse_options(["--sizes", "768x512"]).sizes == [(512, 768)]
+def _matrix(opts: cli.Options) -> tuple[list[tuple[int, int]], list[float], int, int]:
+    return opts.sizes, opts.ratios, opts.repeats, opts.warmup
+
+
+def test_default_full_and_quick_matrices() -> None:
+    both = [(512, 512), (1024, 1024)]
+    # CPU default: baseline, ours and tomesd at 512 and 1024 px, ratio 0.5, 3 timed runs, no warm-up round
+    default = cli.parse_options([])
+    assert _matrix(default) == (both, [0.5], 3, 0)
+    assert default.device.type == "cpu" and default.dtype == torch.float32
+    assert default.arches == [archs.ARCHS["sd15"]] and default.variants == ["baseline", "ours", "tomesd"]
+    assert _matrix(cli.parse_options(["--full"])) == (both, [0.3, 0.5, 0.7], 3, 1)
+    assert _matrix(cli.parse_options(["--quick"])) == ([(256, 256)], [0.5], 1, 1)
+    # explicit options override the matrix, piece by piece
+    assert _matrix(cli.parse_options(["--full", "--ratios", "0.5"])) == (both, [0.5], 3, 1)
+    argv = ["--repeats", "2", "--sizes", "768x512", "--warmup", "2"]
+    assert _matrix(cli.parse_options(argv)) == ([(512, 768)], [0.5], 2, 2)
+
+
+def test_full_and_quick_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.parse_options(["--full", "--quick"])
+    assert info.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_cuda_defaults_to_the_full_matrix_and_takes_the_gpu_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented GPU command (--help, README): SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode,
+    and tomesd. Option parsing only (no GPU here): torch.cuda.is_available is faked."""
+    assert cli.GPU_COMMAND in (Path(__file__).parents[1] / "README.md").read_text()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    prog, argv = shlex.split(cli.GPU_COMMAND)[:3], shlex.split(cli.GPU_COMMAND)[3:]
+    assert prog == ["python", "-m", "tome_core.bench"]
+    opts = cli.parse_options(argv)
+    assert [a.name for a in opts.arches] == ["sd15", "sdxl"]
+    assert opts.sizes == [(1024, 1024), (2048, 2048)] and opts.dtype == torch.float16
+    assert (opts.ratios, opts.repeats, opts.warmup) == ([0.3, 0.5, 0.7], 3, 1)
+    assert opts.variants == ["baseline", "ours", "tomesd"]
+    assert opts.ours_fields == {} and opts.extra_ours == [("ours:kv", {"mode": "kv"})]
+    assert cli.parse_options(["--device", "cuda"]).dtype == torch.float16
+    assert _matrix(cli.parse_options(["--device", "cuda", "--quick"])) == ([(256, 256)], [0.5], 1, 1)
+
+
+def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.parse_options(["--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Default matrix on cpu: sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
+    assert "--full the full matrix: sizes 512,1024 px, ratios 0.3,0.5,0.7, 3 timed runs after 1 warm-up round" in text
+    assert "--repeats REPEATS timed runs per variant (default 3 on cpu, 3 on cuda and with --full, 1 with" in text
+    assert cli.GPU_COMMAND in text
+
+
+def test_importing_tome_core_does_not_import_the_benchmark() -> None:
+    code = "import sys, tome_core; sys.exit(any(m.startswith('tome_core.bench') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_python_m_entry_point(tmp_path: Path) -> None:
+    """`python -m tome_core.bench` runs the package's __main__ in a fresh interpreter."""
+    out = tmp_path / "o"
+    argv = ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tome_core.bench", *argv], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS: tiny 32px: baseline output bitwise identical" in proc.stdout
+    assert json.loads((out / "bench.json").read_text())["command"][:3] == ["python", "-m", "tome_core.bench"]
 
 
 def _count(unet: torch.nn.Module) -> tuple[int, int]:
@@ -214,9 +290,9 @@ def test_load_checkpoint_errors(tmp_path: Path) -> None:
 
 
 def test_tome_config_fields_reach_ours(tmp_path: Path) -> None:
-    opts = bench.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
+    opts = cli.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
     unet = archs.build_unet("tiny")
-    variants = bench.make_variants(opts, unet, None)
+    variants = run.make_variants(opts, unet, None)
     ours = [v for v in variants if v.kind == "ours"]
     assert [v.ratio for v in ours] == opts.ratios
     import tome_core
@@ -230,9 +306,11 @@ def test_tome_config_fields_reach_ours(tmp_path: Path) -> None:
 
 
 def test_missing_tomesd_is_skipped_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "load_tomesd", lambda: (None, "tomesd is not installed (test)"))
+    monkeypatch.setattr(run, "load_tomesd", lambda: (None, "tomesd is not installed (test)"))
     out = tmp_path / "o"
-    assert bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        tome_core.bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
+    )
     data = json.loads((out / "bench.json").read_text())
     assert [r["variant"] for r in data["rows"]] == ["baseline", "ours"]
     assert "tomesd is not installed (test)" in data["notes"]
@@ -243,7 +321,10 @@ def test_sdxl_like_arch_runs_with_text_time_conditioning(tmp_path: Path) -> None
     """An SDXL-like UNet has no attention at full resolution: ours ('auto') merges at level 2, while tomesd's
     default max_downsample=1 merges nothing, which the report points out."""
     out = tmp_path / "o"
-    assert bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        tome_core.bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)])
+        == 0
+    )
     data = json.loads((out / "bench.json").read_text())
     rows = {r["variant"]: r for r in data["rows"]}
     assert rows["ours"]["deviation"] > 0.0

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from tome_core import TomeConfig, archs, describe
+from tome_core import TomeConfig, describe
+from tome_core.bench import archs
 from tome_webui.params import field_of, spec
 from tome_webui.ui import ELEM_ITEMS
 

@@ -1,0 +1,409 @@
+"""Command line of the benchmark: the options, the default, quick and full matrices, and `main`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tome_core.bench import archs, report, run
+from tome_core.config import FieldSpec, TomeConfig, field_spec, field_specs
+
+VARIANTS = ("baseline", "ours", "tomesd")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Sizes, ratios, timed runs and warm-up rounds of a run, unless --sizes, --ratios, --repeats, --warmup say
+    otherwise."""
+
+    sizes: str
+    ratios: str
+    repeats: int
+    warmup: int
+
+    def describe(self) -> str:
+        ratios = "ratio" if "," not in self.ratios else "ratios"
+        repeats = "1 timed run" if self.repeats == 1 else f"{self.repeats} timed runs"
+        if self.warmup == 0:
+            warmup = "after one untimed baseline call"
+        else:
+            warmup = f"after {self.warmup} warm-up round{'s' if self.warmup > 1 else ''} of every variant"
+        return f"sizes {self.sizes} px, {ratios} {self.ratios}, {repeats} {warmup}"
+
+
+def _defaults(name: str) -> str:
+    """'default X on cpu, Y on cuda and with --full, Z with --quick' for one field of the matrices."""
+    cpu, full, quick = (getattr(m, name) for m in (DEFAULT_MATRIX, FULL_MATRIX, QUICK_MATRIX))
+    return f"default {cpu} on cpu, {full} on cuda and with --full, {quick} with --quick"
+
+
+#: The default on CPU: baseline, ours and tomesd side by side at 512 and 1024 px, one ratio, the median of three
+#: timed runs after one untimed baseline call (about 8 minutes on 2 cores).
+DEFAULT_MATRIX = Matrix(sizes="512,1024", ratios="0.5", repeats=3, warmup=0)
+#: --full, and the default on CUDA: three ratios, a warm-up round of every variant, three timed runs
+#: (2.8 times the UNet calls of the default: 20-25 minutes on 2 CPU cores).
+FULL_MATRIX = Matrix(sizes="512,1024", ratios="0.3,0.5,0.7", repeats=3, warmup=1)
+#: --quick: a smoke test of the whole pipeline.
+QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=1)
+#: The GPU run: SD1.5 and SDXL at 1024 and 2048 px, ours in merge mode (the default) and in kv mode, and tomesd,
+#: over the full matrix's ratios and repeats (shown by --help and the README).
+GPU_COMMAND = (
+    "python -m tome_core.bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv"
+)
+#: Fields of TomeConfig that --set may not touch because another option owns them.
+_OWNED_FIELDS = {"ratio": "--ratios"}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def parse_field_value(spec: FieldSpec, text: str) -> Any:
+    """Parse the text of `--set NAME=VALUE` for one TomeConfig field, by its kind and choices.
+
+    Raises ValueError naming the field and its allowed values. Range checks are left to TomeConfig.
+    """
+    raw = text.strip()
+    if spec.optional and raw.lower() == "none":
+        return None
+    try:
+        if spec.choices is not None:
+            for choice in spec.choices:
+                if raw == str(choice) or (isinstance(choice, str) and raw.lower() == choice.lower()):
+                    return choice
+            raise ValueError
+        if spec.kind is bool:
+            if raw.lower() in _TRUE:
+                return True
+            if raw.lower() in _FALSE:
+                return False
+            raise ValueError
+        if spec.kind is int:
+            return int(raw)
+        if spec.kind is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ValueError(f"--set {spec.name}: must be {spec.allowed()}, got {text!r}") from None
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`["mode=kv", "sx=4"]` -> {"mode": "kv", "sx": 4}, validated as a whole by TomeConfig."""
+    known = [s.name for s in field_specs() if s.name not in _OWNED_FIELDS]
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"--set expects NAME=VALUE, got {item!r}; fields: {', '.join(known)}")
+        if name in _OWNED_FIELDS:
+            raise ValueError(f"--set {name}: use {_OWNED_FIELDS[name]} instead")
+        try:
+            spec = field_spec(name)
+        except KeyError:
+            raise ValueError(f"--set: unknown field {name!r}; fields: {', '.join(known)}") from None
+        values[name] = parse_field_value(spec, text)
+    TomeConfig.from_dict(values)  # range and cross-field checks, errors name the field
+    return values
+
+
+def parse_extra_ours(item: str, base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`"kv:mode=kv,sx=4"` -> ("ours:kv", {**base, "mode": "kv", "sx": 4}), validated by TomeConfig."""
+    name, sep, body = item.partition(":")
+    name = name.strip()
+    if not sep or not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"--ours expects NAME:FIELD=VALUE[,FIELD=VALUE...] with a simple NAME, got {item!r}")
+    fields = parse_sets([part for part in body.split(",") if part.strip()])
+    merged = {**base, **fields}
+    TomeConfig.from_dict(merged)
+    return f"ours:{name}", merged
+
+
+def _csv(text: str, kind: Callable[[str], Any], what: str) -> list[Any]:
+    try:
+        items = [kind(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad {what} list {text!r}: {exc}") from None
+    if not items:
+        raise argparse.ArgumentTypeError(f"empty {what} list")
+    return items
+
+
+def _size(text: str) -> tuple[int, int]:
+    """'512' -> (512, 512); '768x512' -> width 768, height 512 -> (height, width) = (512, 768)."""
+    w, _, h = text.lower().partition("x")
+    width = int(w)
+    height = int(h) if h else width
+    if width <= 0 or height <= 0 or width % archs.VAE_SCALE or height % archs.VAE_SCALE:
+        raise ValueError(f"sizes must be positive multiples of {archs.VAE_SCALE} px, got {text!r}")
+    return height, width
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    spec = field_spec("ratio")
+    if not spec.minimum <= value <= spec.maximum:
+        raise ValueError(f"ratio must be {spec.allowed()}, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    specs = [s for s in field_specs() if s.name not in _OWNED_FIELDS]
+    set_help = "; ".join(f"{s.name}: {s.allowed()} (default {s.default!r})" for s in specs)
+    p = argparse.ArgumentParser(
+        prog="python -m tome_core.bench",
+        description="Time one Stable Diffusion UNet step (batch 2) unpatched, with tome_core and with tomesd."
+        f" Default matrix on cpu: {DEFAULT_MATRIX.describe()} (about 8 minutes on 2 cores); on cuda, and on"
+        f" cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios, --repeats and --warmup override the matrix.",
+        epilog=f"GPU run of SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode and tomesd: {GPU_COMMAND}",
+    )
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=tuple(archs.DTYPES), default=None, help="default: fp32 on cpu, fp16 on cuda")
+    p.add_argument(
+        "--arch",
+        default="sd15",
+        metavar="ARCH[,ARCH...]",
+        help="sd15 or sdxl, or a comma-separated list such as sd15,sdxl run one after the other (default sd15)",
+    )
+    p.add_argument("--sizes", default=None, help=f"image sizes in px, W or WxH, comma-separated ({_defaults('sizes')})")
+    p.add_argument("--ratios", default=None, help=f"merge ratios, comma-separated ({_defaults('ratios')})")
+    p.add_argument("--repeats", type=int, default=None, help=f"timed runs per variant ({_defaults('repeats')})")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help=f"untimed warm-up rounds of every variant before the timed ones ({_defaults('warmup')}); 0 still"
+        " makes one untimed baseline call first",
+    )
+    p.add_argument("--checkpoint", default=None, help="real UNet weights: .safetensors, diffusers or single-file SD")
+    p.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated subset of baseline,ours,tomesd (the baseline always runs: it is the reference)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a TomeConfig field for 'ours' (repeatable). {set_help}",
+    )
+    p.add_argument(
+        "--ours",
+        dest="extra_ours",
+        action="append",
+        default=[],
+        metavar="NAME:FIELD=VALUE[,FIELD=VALUE...]",
+        help="an extra configuration of ours, run side by side with the others at every ratio (repeatable),"
+        " e.g. --ours kv:mode=kv --ours global:matching=global; fields as for --set, on top of --set",
+    )
+    p.add_argument(
+        "--tomesd-max-downsample",
+        default="1",
+        choices=("1", "2", "4", "8", "auto"),
+        help="tomesd's max_downsample (default 1, tomesd's own default; 'auto' = the first level with attention,"
+        " e.g. 2 for SDXL, where 1 merges nothing)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500)")
+    matrix = p.add_mutually_exclusive_group()
+    matrix.add_argument(
+        "--full",
+        action="store_true",
+        help=f"the full matrix: {FULL_MATRIX.describe()} (the default on cuda; 20-25 minutes on 2 CPU cores)",
+    )
+    matrix.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_MATRIX.describe()}")
+    return p
+
+
+def pick_matrix(full: bool, quick: bool, device: str) -> Matrix:
+    """--quick, --full, else the default of the device: the full matrix on cuda, the short one on cpu."""
+    if quick:
+        return QUICK_MATRIX
+    if full or device == "cuda":
+        return FULL_MATRIX
+    return DEFAULT_MATRIX
+
+
+@dataclass
+class Options:
+    device: torch.device
+    dtype: torch.dtype
+    dtype_name: str
+    arches: list[archs.Arch]
+    sizes: list[tuple[int, int]]
+    ratios: list[float]
+    repeats: int
+    warmup: int
+    checkpoint: str | None
+    out: Path
+    threads: int | None
+    variants: list[str]
+    ours_fields: dict[str, Any]
+    extra_ours: list[tuple[str, dict[str, Any]]]
+    tomesd_max_downsample: str
+    seed: int
+    timestep: int
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        arches = [archs.get_arch(name.strip()) for name in a.arch.split(",") if name.strip()]
+        if not arches:
+            raise ValueError("--arch is empty")
+        matrix = pick_matrix(a.full, a.quick, a.device)
+        sizes = _csv(a.sizes or matrix.sizes, _size, "size")
+        ratios = _csv(a.ratios or matrix.ratios, _ratio, "ratio")
+        repeats = a.repeats if a.repeats is not None else matrix.repeats
+        warmup = a.warmup if a.warmup is not None else matrix.warmup
+        if repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, got {repeats}")
+        variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+        bad = [v for v in variants if v not in VARIANTS]
+        if bad:
+            raise ValueError(f"--variants: unknown {', '.join(map(repr, bad))}; choose from {', '.join(VARIANTS)}")
+        variants = [v for v in VARIANTS if v in variants or v == "baseline"]
+        ours_fields = parse_sets(a.sets)
+        extra_ours = [parse_extra_ours(item, ours_fields) for item in a.extra_ours]
+        if a.checkpoint and len(arches) != 1:
+            raise ValueError("--checkpoint needs exactly one --arch")
+        if a.checkpoint and not os.path.isfile(a.checkpoint):
+            raise ValueError(f"--checkpoint {a.checkpoint!r} is not a file")
+        if a.checkpoint and not a.checkpoint.endswith(".safetensors"):
+            raise ValueError(
+                f"--checkpoint must be a .safetensors file (pickled .ckpt is not loaded), got {a.checkpoint!r}"
+            )
+        if warmup < 0:
+            raise ValueError(f"--warmup must be at least 0, got {warmup}")
+        if a.threads is not None and a.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {a.threads}")
+        if a.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: torch.cuda.is_available() is False")
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+        parser.error(str(exc))
+    dtype_name = a.dtype or ("fp16" if a.device == "cuda" else "fp32")
+    return Options(
+        device=torch.device(a.device),
+        dtype=archs.as_dtype(dtype_name),
+        dtype_name=dtype_name,
+        arches=arches,
+        sizes=sizes,
+        ratios=ratios,
+        repeats=repeats,
+        warmup=warmup,
+        checkpoint=a.checkpoint,
+        out=Path(a.out),
+        threads=a.threads,
+        variants=variants,
+        ours_fields=ours_fields,
+        extra_ours=extra_ours,
+        tomesd_max_downsample=a.tomesd_max_downsample,
+        seed=a.seed,
+        timestep=a.timestep,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opts = parse_options(argv)
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    if opts.threads is not None:
+        torch.set_num_threads(opts.threads)
+    notes: list[str] = []
+    tomesd = None
+    tomesd_version: str | None = None
+    if "tomesd" in opts.variants:
+        tomesd, msg = run.load_tomesd()
+        if tomesd is None:
+            print(msg, file=sys.stderr)
+            notes.append(msg)
+        else:
+            tomesd_version = msg
+    info = report.machine_info(opts, tomesd_version)
+    runs_per_size = (opts.warmup + opts.repeats) * (
+        1
+        + len(opts.ratios)
+        * (("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None))
+    )
+    rows: list[run.Row] = []
+    overhead: list[run.OverheadRow] = []
+    checks: list[tuple[bool, str]] = []
+    with tqdm(total=runs_per_size * len(opts.sizes) * len(opts.arches), unit="step", file=sys.stderr) as progress:
+        for spec in opts.arches:
+            progress.set_postfix_str(f"building {spec.name}")
+            unet = archs.build_unet(spec, opts.dtype, opts.device, opts.seed)
+            if opts.checkpoint:
+                progress.set_postfix_str(f"loading {opts.checkpoint}")
+                archs.load_checkpoint(unet, opts.checkpoint, spec)
+            processors = {type(p).__name__ for p in unet.attn_processors.values()}
+            if processors != {"AttnProcessor2_0"}:
+                notes.append(f"{spec.name}: attention processors are {sorted(processors)}, not AttnProcessor2_0")
+            for size in opts.sizes:
+                progress.set_postfix_str(f"{spec.name} {size[1]}px merge overhead")
+                overhead += run.bench_overhead(opts, unet, spec, size, tomesd)
+                rows += run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
+            del unet
+            gc.collect()
+            if opts.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    for r in rows:
+        if r.variant != "baseline" and r.ratio and r.deviation == 0.0:
+            notes.append(
+                f"{r.arch} {r.size}px {r.variant} r={r.ratio:g}: output identical to the baseline, nothing was merged"
+                + (
+                    " (tomesd's max_downsample=1 has no attention block on this architecture; try"
+                    " --tomesd-max-downsample auto)"
+                    if r.variant == "tomesd"
+                    else ""
+                )
+            )
+    wall = time.perf_counter() - started
+    table = report.format_table(rows, opts.device)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    markdown = report.write_report(opts, argv, rows, checks, notes, info, wall, overhead)
+    (opts.out / "bench.md").write_text(markdown)
+    payload = {
+        "command": ["python", "-m", "tome_core.bench", *argv],
+        "machine": info,
+        "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
+        "rows": [r.__dict__ for r in rows],
+        "merge_overhead": [r.__dict__ for r in overhead],
+        "checks": [{"ok": ok, "text": text} for ok, text in checks],
+        "notes": notes,
+        "wall_s": wall,
+    }
+    (opts.out / "bench.json").write_text(json.dumps(payload, indent=2))
+    report.write_plot(rows, opts.out / "bench.png")
+
+    print(table)
+    print()
+    print(report.format_overhead(overhead))
+    print()
+    for ok, text in checks:
+        print(f"{'PASS' if ok else 'FAIL'}: {text}")
+    for n in notes:
+        print(f"note: {n}")
+    print(f"\nwrote {opts.out / 'bench.md'}, {opts.out / 'bench.json'}, {opts.out / 'bench.png'} ({wall:.1f} s)")
+    return 0 if all(ok for ok, _ in checks) else 1
