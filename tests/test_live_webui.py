@@ -151,6 +151,34 @@ def test_hires_own_settings() -> None:
     assert "ToMe note" not in extra and "ToMe error" not in extra
 
 
+def test_hires_with_batch_count_2() -> None:
+    body = plain_request(**hires(), n_iter=2, alwayson_scripts=tome(True, 0.5))
+    status, payload = post("/sdapi/v1/txt2img", body, name="hires-n2")
+    assert status == 200, payload
+    assert len(payload["images"]) == 2
+    assert all("ToMe ratio: 0.5" in text and "ToMe note" not in text for text in info_of(payload)["infotexts"])
+
+
+def test_interrupted_generation_leaves_nothing_behind() -> None:
+    import threading
+    import time
+
+    result: dict[str, Any] = {}
+    long = plain_request(steps=40, alwayson_scripts=tome(True, 0.5))
+    worker = threading.Thread(target=lambda: result.update(zip(("status", "payload"), post("/sdapi/v1/txt2img", long))))
+    worker.start()
+    time.sleep(3)
+    post("/sdapi/v1/interrupt", {})
+    worker.join(timeout=900)
+    assert result.get("status") == 200
+    _, off = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(False)))
+    _, none = post("/sdapi/v1/txt2img", plain_request())
+    assert pixels(off["images"][0]) == pixels(none["images"][0])
+    baseline = os.environ.get("TOME_WEBUI_BASELINE")
+    if baseline:
+        assert pixels(off["images"][0]) == pixels(base64.b64encode(Path(baseline).read_bytes()).decode())
+
+
 def test_img2img() -> None:
     _, first = post("/sdapi/v1/txt2img", plain_request())
     body = plain_request(init_images=[first["images"][0]], denoising_strength=0.6, alwayson_scripts=tome(True, 0.5))
