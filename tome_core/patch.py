@@ -478,7 +478,7 @@ def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
         x = _first_arg(args, kwargs, "x", "hidden_states")
         # Self-attention's keys/values are absent (None) or, in Forge once any attn1 patch exists, the queries
         # themselves; anything else (another extension's keys/values) is left alone.
-        targets = [kw for kw in (slot.kv_kw, "value") if kw in kwargs or kw == slot.kv_kw]
+        targets = [slot.kv_kw, *(["value"] if "value" in kwargs else [])]
         if any(kwargs.get(kw) is not None and kwargs.get(kw) is not x for kw in targets):
             return None
         h, w = slot.grid

@@ -210,7 +210,7 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> nn.
             tome_core.set_step(unet, None, None)
         run.runtime.patched.add(unet)
         return unet
-    except (TypeError, ValueError) as exc:  # no transformer blocks
+    except (TypeError, ValueError) as exc:  # no transformer blocks, or a compiled UNet
         run.unpatchable.add(id(unet))
         run.problems[f"not applied: cannot patch {type(model).__name__}: {exc}"] = None
         return None
