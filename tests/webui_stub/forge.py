@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from modules import errors, processing, script_callbacks, scripts, sd_models, shared
+from modules import processing, script_callbacks, scripts, sd_models, shared
 from torch import nn
 
 import tome_core
-from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, TITLE, defaults, ui_value
+from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, TITLE
 from webui_stub import harness
 
 CHANNELS = 32
@@ -313,11 +313,7 @@ class TomePatcher:
         return clone
 
 
-builtin_calls: list[float] = []
-
-
 def apply_token_merging(engine: Engine, ratio: float) -> None:
-    builtin_calls.append(ratio)
     if ratio > 0:
         engine.forge_objects.unet = TomePatcher().patch(engine.forge_objects.unet, ratio)
 
@@ -466,7 +462,6 @@ class ForgeWebUI:
 
     def __init__(self, engine: Any, *, extension: bool = True, lazy: bool = True) -> None:
         harness.reset()
-        builtin_calls.clear()
         self.engine = engine
         self.module = harness.load_extension() if extension else None
         self.runners: dict[str, Any] = {}
@@ -487,22 +482,9 @@ class ForgeWebUI:
             if tab == "img2img"
             else processing.StableDiffusionProcessingTxt2Img
         )
-        names = IMG2IMG_ARG_NAMES if tab == "img2img" else ARG_NAMES
-        args: tuple[Any, ...] = (0,)
-        if self.module is not None:
-            ours = [ui_value(name, defaults()[name]) for name in names]
-            given = [tome] if isinstance(tome, Mapping) else list(tome or [])
-            ours[: len(given)] = given[: len(ours)]
-            args = (0, *ours)
+        args = harness.script_args(tab, tome) if self.module is not None else (0,)
         return cls(scripts=self.runners[tab], script_args=args, sampler=sampler or ForgeSampler(), **kwargs)
 
     def run(self, tab: str = "txt2img", tome: Any = None, **kwargs: Any) -> tuple[Any, processing.Processed]:
         p = self.make_p(tab, tome, **kwargs)
         return p, process_images(p, to_load=self.engine)
-
-    def unet(self) -> nn.Module:
-        return self.engine.forge_objects_original.unet.model.diffusion_model
-
-
-def reported() -> list[str]:
-    return list(errors.reported)

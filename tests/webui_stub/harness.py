@@ -60,6 +60,15 @@ def tome_args(enabled: bool = True, *, img2img: bool = False, **values: Any) -> 
     return [start[name] for name in names]
 
 
+def script_args(tab: str, tome: Sequence[Any] | Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """The runner's flat args, like Api.init_script_args: [selected script index] + ours (defaults, then given)."""
+    names = IMG2IMG_ARG_NAMES if tab == "img2img" else ARG_NAMES
+    ours = [ui_value(name, defaults()[name]) for name in names]
+    given = [tome] if isinstance(tome, Mapping) else list(tome or [])
+    ours[: len(given)] = given[: len(ours)]
+    return (0, *ours)
+
+
 def webui_model(kind: str = "ldm_sd1", seed: int = 0) -> nn.Module:
     """A tiny WebUI-like model: the UNet at `.model.diffusion_model`."""
     return tiny_models.WebUILike(tiny_models.build_unet(kind, seed))
@@ -184,12 +193,7 @@ class WebUI:
         return script_callbacks.CFGDenoiserParams(*args, denoiser=Denoiser(p))
 
     def script_args(self, tab: str, tome: Sequence[Any] | Mapping[str, Any] | None) -> tuple[Any, ...]:
-        """The runner's flat args, like Api.init_script_args: [selected script index] + ours (defaults, then given)."""
-        names = IMG2IMG_ARG_NAMES if tab == "img2img" else ARG_NAMES
-        ours = [ui_value(name, defaults()[name]) for name in names]
-        given = [tome] if isinstance(tome, Mapping) else list(tome or [])
-        ours[: len(given)] = given[: len(ours)]
-        return (0, *ours)
+        return script_args(tab, tome)
 
     def make_p(self, tab: str, tome: Any = None, sampler: FakeSampler | None = None, **kwargs: Any) -> Any:
         cls = (
