@@ -1,6 +1,7 @@
 """ToMe for Stable Diffusion: token merging for LDM/SGM and diffusers UNets, in pure PyTorch.
 
-`apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly.
+`apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly;
+`apply_patch(model, preset="fast")` applies one of the named speed settings in `presets()`.
 """
 
 from tome_core.config import LEVELS, FieldSpec, TomeConfig, auto_levels, field_spec, field_specs
@@ -12,16 +13,21 @@ from tome_core.patch import (
     find_unet,
     get_config,
     is_patched,
+    model_family,
     remove_patch,
     reset_stats,
     set_step,
     stats,
 )
+from tome_core.presets import DEFAULT_PRESET, FAMILIES, Preset, get_preset, presets
 
 __all__ = [
+    "DEFAULT_PRESET",
+    "FAMILIES",
     "LEVELS",
     "FieldSpec",
     "LevelInfo",
+    "Preset",
     "TomeConfig",
     "TomeStats",
     "apply_patch",
@@ -31,7 +37,10 @@ __all__ = [
     "field_specs",
     "find_unet",
     "get_config",
+    "get_preset",
     "is_patched",
+    "model_family",
+    "presets",
     "remove_patch",
     "reset_stats",
     "set_step",

@@ -189,6 +189,27 @@ class TomeConfig:
         advanced=True,
     )
 
+    mlp_ratio: float | None = _spec(
+        float,
+        "MLP ratio",
+        "Share of tokens merged for the feed-forward layer when 'Merge MLP' is on (None: the ratio). The"
+        " feed-forward is most of an SDXL step: merging it at a lower ratio than attention keeps more detail.",
+        default=None,
+        minimum=0.0,
+        maximum=0.95,
+        step=0.05,
+        optional=True,
+        advanced=True,
+    )
+    share_plan: bool = _spec(
+        bool,
+        "One plan per stack",
+        "Match tokens once per transformer stack (SDXL runs 10 blocks per stack) and merge every block of it"
+        " with that plan: less matching work, slightly less faithful.",
+        default=False,
+        advanced=True,
+    )
+
     def __post_init__(self) -> None:
         for spec in field_specs():
             object.__setattr__(self, spec.name, _check(spec, getattr(self, spec.name)))
@@ -215,12 +236,26 @@ class TomeConfig:
         return self.ratio > self.max_ratio + 1e-9
 
     @property
+    def effective_mlp_ratio(self) -> float:
+        """The ratio the feed-forward merges with: `mlp_ratio` (else `ratio`) capped by the strides."""
+        return min(self.ratio if self.mlp_ratio is None else self.mlp_ratio, self.max_ratio)
+
+    @property
+    def ratios_by_kind(self) -> dict[str, float]:
+        """The effective ratio of each kind of merged module in use: "attn" (self/cross) and "mlp"."""
+        out = {}
+        if self.merge_attn or self.merge_crossattn:
+            out["attn"] = self.effective_ratio
+        if self.merge_mlp:
+            out["mlp"] = self.effective_mlp_ratio
+        return out
+
+    @property
     def is_noop(self) -> bool:
         """True when the patch cannot change any output."""
         if self.mode == "kv":
             return self.sx * self.sy == 1 or not self.merge_attn
-        no_target = not (self.merge_attn or self.merge_crossattn or self.merge_mlp)
-        return self.effective_ratio <= 0.0 or no_target
+        return all(ratio <= 0.0 for ratio in self.ratios_by_kind.values())
 
     def active_at(self, fraction: float) -> bool:
         """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""

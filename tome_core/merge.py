@@ -5,20 +5,139 @@ The grid is cut into cells of sy rows by sx columns; each whole cell holds one d
 every other token is a source (src). The r sources most similar to a destination are averaged into it
 (bipartite soft matching, arXiv 2303.17604). Unmerging copies each destination's output back to the
 sources merged into it.
+
+Built for a GPU: every step is one batched operation on the device (no loop over the batch, no value read
+back to the host), and what depends only on the grid is built once and reused:
+
+* `GridLayout` (per grid shape): the cells, slot offsets and the local-matching lookup tables;
+* `Partition` (per grid and sampler step): which token of each cell is the destination, drawn from a
+  counter-based hash of a device tensor (`hashed_slots`), so no generator and no host read is needed;
+* `Match` (per block, or once per transformer stack): the similarity ranking of the sources;
+* `plan` (per ratio): the merge and unmerge closures, one `index_add_` and one `index_select` each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 Merge = Callable[[torch.Tensor], torch.Tensor]
 
+#: Floor of a token's norm before normalising (fp16-safe, unlike 1e-12).
+_EPS = 1e-6
+
 
 def identity(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+@dataclass
+class GridLayout:
+    """Everything about an h x w grid cut into sx x sy cells that does not depend on the random draw.
+
+    Built once per grid shape and device, then shared by every block and step. `cache` holds small per-batch
+    constants (ones, batch offsets) keyed by their shape.
+    """
+
+    h: int
+    w: int
+    sx: int
+    sy: int
+    cell_tok: torch.Tensor  # [Nd] token index of each cell's top-left corner
+    slot_offset: torch.Tensor  # [sx*sy] token offset of slot ky*sx + kx inside a cell
+    band_dst: torch.Tensor  # [hs, 3*ws] dst number of each slot of a cell row's local band
+    tail_dst: torch.Tensor  # [3*ws] the same for the ragged bottom rows
+    arange: torch.Tensor  # [N] 0..N-1
+    cache: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def hs(self) -> int:
+        return self.h // self.sy
+
+    @property
+    def ws(self) -> int:
+        return self.w // self.sx
+
+    @property
+    def num_dst(self) -> int:
+        return self.hs * self.ws
+
+    @property
+    def n(self) -> int:
+        return self.h * self.w
+
+    def batch_offsets(self, batch: int, rows: int) -> torch.Tensor:
+        """[B, 1] offsets b * rows that make per-sample row indices into flat ones."""
+        key = ("offsets", batch, rows)
+        if key not in self.cache:
+            self.cache[key] = torch.arange(batch, device=self.arange.device).view(-1, 1) * rows
+        return self.cache[key]
+
+    def ones(self, count: int, dtype: torch.dtype) -> torch.Tensor:
+        key = ("ones" + str(dtype), count, 0)
+        if key not in self.cache:
+            self.cache[key] = torch.ones(count, dtype=dtype, device=self.arange.device)
+        return self.cache[key]
+
+
+def grid_layout(h: int, w: int, sx: int, sy: int, device: torch.device | str = "cpu") -> GridLayout:
+    """The `GridLayout` of an h x w grid (sx, sy need not divide it)."""
+    hs, ws = h // sy, w // sx
+    with torch.device(device):
+        cell_tok = ((torch.arange(hs) * sy).view(hs, 1) * w + (torch.arange(ws) * sx).view(1, ws)).reshape(-1)
+        k = torch.arange(sx * sy)
+        slot_offset = torch.div(k, sx, rounding_mode="floor") * w + k % sx
+        j = torch.arange(3 * ws)
+        band_row = torch.div(j, ws, rounding_mode="floor") - 1  # -1, 0, +1: the cell row above, own, below
+        rows = (torch.arange(hs).view(hs, 1) + band_row.view(1, -1)).clamp(0, max(hs - 1, 0))
+        band_dst = rows * ws + j % ws
+        tail_dst = (hs - 1 + band_row).clamp(0, max(hs - 1, 0)) * ws + j % ws
+        arange = torch.arange(h * w)
+    return GridLayout(h, w, sx, sy, cell_tok, slot_offset, band_dst, tail_dst, arange)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Which token of each cell is the destination, and the per-token tables derived from it."""
+
+    layout: GridLayout
+    dst_tok: torch.Tensor  # [Nd] token index of each destination, in cell order
+    penalty: torch.Tensor  # [N] float32: -inf at destinations (never merged), 0 at sources
+    dst_number: torch.Tensor  # [N] int64: a destination's number at its token, 0 elsewhere
+
+
+def partition(layout: GridLayout, slots: torch.Tensor) -> Partition:
+    """The partition that puts each cell's destination in slot `slots` [Nd] (ky * sx + kx) of the cell."""
+    device = layout.cell_tok.device
+    dst_tok = layout.cell_tok + layout.slot_offset.index_select(0, slots.reshape(-1))
+    penalty = torch.zeros(layout.n, device=device).index_fill_(0, dst_tok, float("-inf"))
+    dst_number = torch.zeros(layout.n, dtype=torch.int64, device=device)
+    dst_number.index_copy_(0, dst_tok, layout.arange[: layout.num_dst])
+    return Partition(layout, dst_tok, penalty, dst_number)
+
+
+def fixed_slots(layout: GridLayout) -> torch.Tensor:
+    """Every destination in its cell's top-left corner: [Nd] zeros."""
+    return torch.zeros(layout.num_dst, dtype=torch.int64, device=layout.cell_tok.device)
+
+
+def hashed_slots(layout: GridLayout, key: torch.Tensor, salt: int) -> torch.Tensor:
+    """A destination slot per cell, [Nd] int64, from a hash of (`key`, `salt`, cell): no generator, no host read.
+
+    `key` is a 1-element int64 device tensor (the sampler step's timestep), so cond and uncond batches of one
+    step get the same partition even when run as separate calls, and every step gets another one.
+    """
+    x = layout.arange[: layout.num_dst] * 0x9E3779B1 + key * 0x85EBCA77 + (salt & 0x7FFFFFFF)  # [Nd]
+    # splitmix-style finaliser: int64 arithmetic wraps, shifts mix high bits down.
+    x = x ^ (x >> 31)
+    x = x * 0x5BD1E995
+    x = x ^ (x >> 29)
+    x = x * 0x2C1B3C6D
+    x = x ^ (x >> 32)
+    return x.remainder(layout.sx * layout.sy)
 
 
 def random2d_slots(
@@ -38,53 +157,94 @@ def random2d_slots(
     return slots.to(device, non_blocking=True)
 
 
-def _partition(w: int, sx: int, sy: int, slots: torch.Tensor) -> torch.Tensor:
-    """Token indices of the destinations, [hs*ws] in cell order."""
-    hs, ws = slots.shape
-    rows = torch.arange(hs, device=slots.device).view(hs, 1) * sy + torch.div(slots, sx, rounding_mode="floor")
-    cols = torch.arange(ws, device=slots.device).view(1, ws) * sx + slots % sx
-    return (rows * w + cols).reshape(-1)
+@dataclass(frozen=True)
+class Match:
+    """How the sources rank for merging, for one metric: plan any ratio from it with `plan`."""
+
+    part: Partition
+    order: torch.Tensor  # [B, N] tokens by decreasing similarity to their best destination; destinations last
+    into: torch.Tensor  # [B, N] the best destination's number of every token
 
 
-def _match_global(
-    metric: torch.Tensor, unit_dst: torch.Tensor, h: int, w: int, sx: int, sy: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """All-to-all matching (tomesd's rule). Returns raw best score [B, N] and best dst number [B, N]."""
-    scores = metric @ unit_dst.transpose(1, 2)  # [B, N, Nd]
-    return scores.max(dim=-1)
+def match(metric: torch.Tensor, part: Partition, matching: str = "global") -> Match:
+    """Rank every source by its cosine similarity to the most similar destination.
 
-
-def _match_local(
-    metric: torch.Tensor, unit_dst: torch.Tensor, h: int, w: int, sx: int, sy: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Match each token only against destinations in its own and the two adjacent rows of cells.
-
-    The tokens of one row of cells are contiguous in memory and the destinations of three consecutive cell
-    rows are a strided view, so this is one batched matmul with no copy: O(N * 3*w/sx * C) instead of
-    O(N * N/(sx*sy) * C). Returns raw best score [B, N] and best dst number [B, N].
+    Args:
+        metric: [B, N, C] with N = h*w of `part`'s grid.
+        matching: "global" compares every source with every destination (tomesd's rule); "local" only with the
+            destinations in its own and the two adjacent rows of cells.
     """
-    B, N, C = metric.shape
-    hs, ws = h // sy, w // sx
+    layout = part.layout
+    if matching not in ("global", "local"):
+        raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
+    unit = metric / metric.norm(dim=-1, keepdim=True).clamp_min(_EPS)  # [B, N, C]
+    unit_dst = unit.index_select(1, part.dst_tok)  # [B, Nd, C]
+    if matching == "global":
+        best, into = (unit @ unit_dst.transpose(1, 2)).max(dim=-1)  # [B, N]
+    else:
+        best, into = _match_local(unit, unit_dst, layout)
+    score = best + part.penalty  # [B, N] float32
+    return Match(part, score.argsort(dim=-1, descending=True), into)
+
+
+def _match_local(unit: torch.Tensor, unit_dst: torch.Tensor, layout: GridLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best score [B, N] and dst number [B, N] among the destinations of the own and adjacent cell rows.
+
+    The tokens of one row of cells are contiguous and the destinations of three consecutive cell rows are a
+    strided view, so this is one batched matmul: O(N * 3*w/sx * C) instead of O(N * N/(sx*sy) * C).
+    """
+    B, N, C = unit.shape
+    hs, ws, w, sy = layout.hs, layout.ws, layout.w, layout.sy
     rows = unit_dst.view(B, hs, ws, C)
     # Edge rows repeated instead of zero padding: duplicates never win over the real row, zeros could.
-    padded = torch.cat([rows[:, :1], rows, rows[:, -1:]], dim=1).contiguous()  # [B, hs+2, ws, C]
+    padded = torch.cat([rows[:, :1], rows, rows[:, -1:]], dim=1)  # [B, hs+2, ws, C]
     band = padded.as_strided((B, hs, 3 * ws, C), (padded.stride(0), ws * C, C, 1))  # [B, hs, 3*ws, C]
     grid_tokens = hs * sy * w
-    body = metric[:, :grid_tokens].reshape(B, hs, sy * w, C)
+    body = unit[:, :grid_tokens].reshape(B, hs, sy * w, C)
     best, pick = (body @ band.transpose(-1, -2)).max(dim=-1)  # [B, hs, sy*w]
-    cell_row = torch.arange(hs, device=metric.device).view(1, hs, 1)
-    dst_row = (cell_row - 1 + torch.div(pick, ws, rounding_mode="floor")).clamp(0, hs - 1)
-    best_idx = dst_row * ws + pick % ws
-    best, best_idx = best.reshape(B, grid_tokens), best_idx.reshape(B, grid_tokens)
+    into = layout.band_dst.unsqueeze(0).expand(B, hs, 3 * ws).gather(2, pick)  # [B, hs, sy*w]
+    best, into = best.reshape(B, grid_tokens), into.reshape(B, grid_tokens)
     if grid_tokens == N:
-        return best, best_idx
+        return best, into
     # The ragged bottom rows (fewer than sy) match against the last band.
-    tail_best, tail_pick = (metric[:, grid_tokens:] @ band[:, -1].transpose(-1, -2)).max(dim=-1)
-    tail_row = (hs - 2 + torch.div(tail_pick, ws, rounding_mode="floor")).clamp(0, hs - 1)
-    return torch.cat([best, tail_best], dim=1), torch.cat([best_idx, tail_row * ws + tail_pick % ws], dim=1)
+    tail_best, tail_pick = (unit[:, grid_tokens:] @ band[:, -1].transpose(-1, -2)).max(dim=-1)
+    return torch.cat([best, tail_best], dim=1), torch.cat([into, layout.tail_dst[tail_pick]], dim=1)
 
 
-_MATCHERS = {"global": _match_global, "local": _match_local}
+def plan(m: Match, r: int) -> tuple[Merge, Merge]:
+    """Merge the r best-matched sources of `m` into their destinations.
+
+    Returns:
+        merge: [B, N, C] -> [B, N - r, C], averaging merged sources into their destination.
+        unmerge: [B, N - r, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
+    """
+    layout = m.part.layout
+    B, N = m.order.shape
+    num_dst = layout.num_dst
+    r = min(r, N - num_dst)
+    if r <= 0 or num_dst == 0:
+        return identity, identity
+    rows = N - r
+    num_unm = rows - num_dst
+    merged, kept = m.order[:, :r], m.order[:, r : N - num_dst]  # [B, r], [B, num_unm]
+    # row[b, t]: the merged tensor's row holding token t: destinations first, then unmerged sources.
+    row = m.part.dst_number.repeat(B, 1)  # [B, N]
+    row.scatter_(1, kept, layout.arange[num_dst:rows].expand(B, num_unm))
+    row.scatter_(1, merged, m.into.gather(1, merged))
+    flat = (row + layout.batch_offsets(B, rows)).view(-1)  # [B*N] rows of the flattened [B*(N-r)] output
+    inv_count = torch.zeros(B * rows, device=row.device).index_add_(0, flat, layout.ones(B * N, torch.float32))
+    inv_count = inv_count.reciprocal_().unsqueeze(-1)  # [B*(N-r), 1]
+
+    def merge(x: torch.Tensor) -> torch.Tensor:
+        C = x.shape[-1]
+        out = x.new_zeros(B * rows, C).index_add_(0, flat, x.reshape(B * N, C))
+        return out.mul_(inv_count if x.dtype == torch.float32 else inv_count.to(x.dtype)).view(B, rows, C)
+
+    def unmerge(x: torch.Tensor) -> torch.Tensor:
+        C = x.shape[-1]
+        return x.reshape(B * rows, C).index_select(0, flat).view(B, N, C)
+
+    return merge, unmerge
 
 
 def bipartite_soft_matching_random2d(
@@ -101,6 +261,8 @@ def bipartite_soft_matching_random2d(
 ) -> tuple[Merge, Merge]:
     """Partition tokens into sources and destinations and plan merging the r most similar sources.
 
+    The one-shot form of `grid_layout` + `partition` + `match` + `plan`, with tomesd's signature.
+
     Args:
         metric: [B, N, C] with N = h*w, the tokens whose cosine similarity decides what merges.
         w, h: the token grid's width and height; sx, sy need not divide them.
@@ -115,53 +277,18 @@ def bipartite_soft_matching_random2d(
         merge: [B, N, C] -> [B, N - r, C], averaging merged sources into their destination.
         unmerge: [B, N - r, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
     """
-    B, N, _ = metric.shape
+    N = metric.shape[1]
     if h * w != N:
         raise ValueError(f"metric has {N} tokens but the grid is {h}x{w}")
-    if matching not in _MATCHERS:
+    if matching not in ("global", "local"):
         raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
     hs, ws = h // sy, w // sx
-    num_dst = hs * ws
-    r = min(r, N - num_dst)
-    if r <= 0 or num_dst == 0:
+    if min(r, N - hs * ws) <= 0 or hs * ws == 0:
         return identity, identity
-
     with torch.no_grad():
-        device = metric.device
-        slots = random2d_slots(hs, ws, sx, sy, no_rand=no_rand, generator=generator, device=device)
-        dst_tok = _partition(w, sx, sy, slots)
-        # Cosine similarity without normalising all N tokens: destinations are normalised (N/(sx*sy) rows),
-        # sources are divided by their norm after the max, which does not change their argmax.
-        unit_dst = F.normalize(metric.index_select(1, dst_tok), dim=-1)
-        best, into_all = _MATCHERS[matching](metric, unit_dst, h, w, sx, sy)
-        best = best / metric.norm(dim=-1).clamp_min(1e-12)
-        # Destinations never merge: ranked last, so the top r are sources only.
-        best.index_fill_(1, dst_tok, float("-inf"))
-        order = best.argsort(dim=-1, descending=True)  # [B, N]
-        num_unm = N - num_dst - r
-        merged, kept = order[:, :r], order[:, r : N - num_dst]
-        into = into_all.gather(1, merged)  # [B, r] destination number of each merged source
-
-        # row[b, t]: the row of the merged tensor holding token t (unmerged sources first, then destinations).
-        row = torch.empty(B, N, dtype=torch.int64, device=device)
-        row[:, dst_tok] = torch.arange(num_unm, num_unm + num_dst, device=device)
-        row.scatter_(1, kept, torch.arange(num_unm, device=device).expand(B, num_unm))
-        row.scatter_(1, merged, into + num_unm)
-        # Each destination averages itself and the sources merged into it.
-        count = torch.ones(B, num_dst, device=device).scatter_add_(1, into, torch.ones(B, r, device=device))
-        inv_count = count.reciprocal().unsqueeze(-1)  # [B, Nd, 1]
-
-    def merge(x: torch.Tensor) -> torch.Tensor:
-        out = x.new_zeros(B, num_unm + num_dst, x.shape[-1])
-        for b in range(B):
-            out[b].index_add_(0, row[b], x[b])
-        out[:, num_unm:] *= inv_count.to(x.dtype)
-        return out
-
-    def unmerge(x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([x[b].index_select(0, row[b]) for b in range(B)])
-
-    return merge, unmerge
+        layout = grid_layout(h, w, sx, sy, metric.device)
+        slots = random2d_slots(hs, ws, sx, sy, no_rand=no_rand, generator=generator, device=metric.device)
+        return plan(match(metric, partition(layout, slots), matching), r)
 
 
 def kv_downsample(x: torch.Tensor, w: int, h: int, sx: int, sy: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ so the two never undo each other.
 from __future__ import annotations
 
 import math
+import weakref
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,18 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from tome_core.config import LEVELS, TomeConfig, auto_levels
-from tome_core.merge import Merge, bipartite_soft_matching_random2d, kv_downsample
+from tome_core.merge import (
+    GridLayout,
+    Merge,
+    Partition,
+    fixed_slots,
+    grid_layout,
+    hashed_slots,
+    kv_downsample,
+    match,
+    partition,
+    plan,
+)
 
 STATE_ATTR = "_tome_sd_state"
 
@@ -42,17 +54,24 @@ class LevelInfo:
     tokens_after: int
 
 
+#: Which ratio each hooked module merges with: attention (self and cross) or the feed-forward.
+_TARGETS = (("attn1", "merge_attn", "attn"), ("attn2", "merge_crossattn", "attn"), ("ff", "merge_mlp", "mlp"))
+
+_Plans = dict[str, tuple[Merge, Merge]]  # "attn"/"mlp" -> (merge, unmerge)
+
+
 @dataclass
 class _Block:
-    """One patched transformer block and the merge plan of its current call."""
+    """One patched transformer block and the merge plans of its current call."""
 
     index: int
     level: int
     kv_kw: str  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
-    merge: Merge | None = None
-    unmerge: Merge | None = None
-    tokens: int = 0  # token count the current plan was made for
-    merged: bool = False  # whether the module now running got merged input and needs unmerging
+    stack: int = 0  # the transformer stack (Transformer2DModel / SpatialTransformer) holding the block
+    first_in_stack: bool = True
+    plans: _Plans | None = None  # the current call's merge/unmerge per ratio kind
+    unmerge: Merge | None = None  # the unmerge owed by the module now running
+    tokens: int = 0  # token count the current plans were made for
     grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
     # Counters since the last `reset_stats`, read by `stats`: calls with a plan (merge plan or kv grid), calls in
     # which a hooked module ran while a plan existed, and calls in which tokens were really merged or pooled.
@@ -69,8 +88,15 @@ class _State:
     latent: tuple[int, int] | None = None
     grids: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)  # tokens -> (level, h, w)
     active: bool = True
-    call_key: int = 0
     step: tuple[int, int] | None = None
+    scheduler: weakref.ReferenceType[Any] | None = None  # a diffusers pipeline's scheduler: its step index
+    # Index tensors, built once and reused by every block: layouts per grid shape for good, partitions per grid
+    # for the current UNet call (random ones change with the timestep), shared plans per stack.
+    layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
+    partitions: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
+    timestep: Any = None  # the current call's timestep argument, read on the device only
+    key: torch.Tensor | None = None  # [1] int64 partition key derived from it
+    stack_plans: dict[int, tuple[int, _Plans]] = field(default_factory=dict)  # stack -> (tokens, plans)
     blocks: list[_Block] = field(default_factory=list)  # the blocks that carry hooks (the config selects them)
     total: int = 0  # transformer blocks in the UNet
     block_levels: frozenset[int] = frozenset()
@@ -160,6 +186,26 @@ def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
     return found
 
 
+def _stacks(unet: nn.Module) -> dict[int, int]:
+    """id(block) -> number of the transformer stack holding it (a module with `transformer_blocks`)."""
+    out: dict[int, int] = {}
+    for number, module in enumerate(
+        m for m in unet.modules() if isinstance(getattr(m, "transformer_blocks", None), nn.ModuleList)
+    ):
+        for block in module.transformer_blocks:
+            out[id(block)] = number
+    return out
+
+
+def model_family(model: Any) -> str:
+    """ "sdxl" when the UNet's first transformer blocks sit at level 2 (SDXL and its fine-tunes), else "sd"
+    (SD1.x, SD2.x: attention from full resolution)."""
+    blocks = _structural_levels(find_unet(model))
+    if not blocks:
+        raise TypeError(f"{type(find_unet(model)).__name__} has no BasicTransformerBlock")
+    return "sdxl" if min(level for _, level in blocks) >= 2 else "sd"
+
+
 def _auto_levels(blocks: list[tuple[nn.Module, int]]) -> frozenset[int]:
     counts: dict[int, int] = {}
     for _, level in blocks:
@@ -170,17 +216,26 @@ def _auto_levels(blocks: list[tuple[nn.Module, int]]) -> frozenset[int]:
 # ---------------------------------------------------------------------------------------------- public API
 
 
-def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) -> Any:
+def apply_patch(
+    model: Any, config: TomeConfig | None = None, /, *, preset: str | None = None, hires: bool = False, **fields: Any
+) -> Any:
     """Patch `model`'s UNet with token merging and return `model`.
 
-    Takes a `TomeConfig`, tomesd-style keywords (`ratio=0.5, sx=2, ...`), or both (keywords override the
-    config). Applying again replaces the previous patch. Invalid values raise `ValueError`/`TypeError` naming
-    the field, and leave the model untouched.
+    Takes a `TomeConfig`, a preset name (`preset="fast"`, see `presets()`: resolved for this model's family,
+    and for a hires pass when `hires`), tomesd-style keywords (`ratio=0.5, sx=2, ...`), or a mix: keywords
+    override the preset or config. Applying again replaces the previous patch. Invalid values raise
+    `ValueError`/`TypeError` naming the field, and leave the model untouched.
     """
     if config is not None and not isinstance(config, TomeConfig):
         raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
-    config = TomeConfig.from_dict(fields, base=config)
+    if preset is not None and config is not None:
+        raise TypeError("apply_patch takes a config or a preset, not both")
     unet = find_unet(model)
+    if preset is not None:
+        from tome_core.presets import get_preset
+
+        config = get_preset(preset).config(model_family(unet), hires=hires)
+    config = TomeConfig.from_dict(fields, base=config)
     if hasattr(unet, "_orig_mod"):
         # Seen in reForge's --torch-compile: the hooks counted as run, yet the images equalled those without them.
         raise TypeError(
@@ -196,9 +251,19 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, **fields: Any) 
     state = _State(config=config, auto_levels=_auto_levels(blocks))
     state.block_levels = frozenset(level for _, level in blocks)
     state.total = len(blocks)
+    scheduler = getattr(model, "scheduler", None)
+    if scheduler is not None and hasattr(scheduler, "timesteps"):
+        state.scheduler = weakref.ref(scheduler)
     state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
+    state.handles.append(unet.register_forward_hook(_unet_post_hook(state)))
+    stacks = _stacks(unet)
+    previous = None
     for index, (module, level) in enumerate(blocks):
-        _patch_block(state, module, _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1)))
+        stack = stacks.get(id(module), -1 - index)
+        slot = _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1), stack=stack)
+        slot.first_in_stack = stack != previous
+        previous = stack
+        _patch_block(state, module, slot)
     setattr(unet, STATE_ATTR, state)
     return model
 
@@ -224,9 +289,11 @@ def get_config(model: Any) -> TomeConfig | None:
 
 
 def set_step(model: Any, step: int | None, total: int | None) -> None:
-    """Tell the patch which sampler step runs next, for the step window; None falls back to the timestep.
+    """Tell the patch which sampler step runs next, for the step window.
 
-    Samplers that evaluate the UNet twice per step should report the same step for both calls.
+    Samplers that evaluate the UNet twice per step should report the same step for both calls. Without it, a
+    model patched through a diffusers pipeline follows the pipeline scheduler's step index; a bare UNet with a
+    step window reads the timestep back instead (one host synchronisation per call on a GPU).
     """
     state = find_unet(model).__dict__.get(STATE_ATTR)
     if state is None:
@@ -326,21 +393,42 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
             state.latent = latent
             state.grids = {}
         config = state.config
-        timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
-        needs_t = config.use_rand or (state.step is None and (config.step_start > 0 or config.step_end < 1))
-        t = _timestep_value(timestep) if needs_t else 0.0
-        if state.step is not None:
-            fraction = state.step[0] / state.step[1]
-        else:
-            fraction = 1.0 - t / _TRAIN_TIMESTEPS
-        state.active = config.active_at(fraction)
+        state.timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
+        state.key = None
+        if config.use_rand:
+            state.partitions = {}  # random partitions change with the timestep; fixed ones stay
+        fraction = _fraction(state)
+        state.active = fraction is None or config.active_at(fraction)
         state.unet_calls += 1
         state.active_calls += state.active
-        # Keyed on the timestep, so cond and uncond passes of one step share partitions even when the
-        # sampler runs them as separate batches.
-        state.call_key = round(t * 1000)
 
     return hook
+
+
+def _unet_post_hook(state: _State) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # Drop the call's plans and keys so their tensors are not kept alive between calls.
+        state.stack_plans = {}
+        state.timestep = state.key = None
+
+    return hook
+
+
+def _fraction(state: _State) -> float | None:
+    """How far sampling is (0 at the first step), or None when no step window is set.
+
+    From `set_step`, else a pipeline scheduler's step index, both host values; only a bare UNet with a step
+    window falls back to reading the timestep back from the device.
+    """
+    config = state.config
+    if config.step_start <= 0 and config.step_end >= 1:
+        return None
+    if state.step is not None:
+        return state.step[0] / state.step[1]
+    scheduler = state.scheduler() if state.scheduler is not None else None
+    if scheduler is not None and len(getattr(scheduler, "timesteps", None) or ()) > 0:
+        return (getattr(scheduler, "step_index", None) or 0) / len(scheduler.timesteps)
+    return 1.0 - _timestep_value(state.timestep) / _TRAIN_TIMESTEPS
 
 
 def _timestep_value(timestep: Any) -> float:
@@ -349,6 +437,19 @@ def _timestep_value(timestep: Any) -> float:
     if isinstance(timestep, torch.Tensor):
         return float(timestep.reshape(-1)[0]) if timestep.numel() else 0.0
     return float(timestep)
+
+
+def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
+    """[1] int64 on `device`: the timestep x 1000, rounded, computed on the device (never read back)."""
+    if state.key is None or state.key.device != device:
+        t = state.timestep
+        if isinstance(t, torch.Tensor) and t.numel():
+            t = t.reshape(-1)[:1].to(device)
+            key = (t.float() * 1000).round().long() if t.is_floating_point() else t.long() * 1000
+        else:
+            key = torch.full((1,), round(float(t or 0) * 1000), dtype=torch.int64, device=device)
+        state.key = key
+    return state.key
 
 
 def _grid(state: _State, tokens: int) -> tuple[int, int, int] | None:
@@ -365,6 +466,24 @@ def _grid(state: _State, tokens: int) -> tuple[int, int, int] | None:
     return state.grids[tokens]
 
 
+def _partition(state: _State, h: int, w: int, device: torch.device) -> Partition:
+    """The current call's partition of an h x w grid, shared by every block that sees that grid."""
+    key = (h, w, str(device))
+    part = state.partitions.get(key)
+    if part is None:
+        config = state.config
+        layout = state.layouts.get(key)
+        if layout is None:
+            layout = state.layouts[key] = grid_layout(h, w, config.sx, config.sy, device)
+        if config.use_rand and config.sx * config.sy > 1:
+            seed = _DEFAULT_SEED if config.seed is None else config.seed
+            slots = hashed_slots(layout, _timestep_key(state, device), zlib.crc32(f"{seed}:{h}x{w}".encode()))
+        else:
+            slots = fixed_slots(layout)
+        part = state.partitions[key] = partition(layout, slots)
+    return part
+
+
 def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     config = state.config
     if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
@@ -377,17 +496,16 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
         if not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False):
             handles.append(block.attn1.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
         return
-    targets = [("attn1", config.merge_attn), ("attn2", config.merge_crossattn), ("ff", config.merge_mlp)]
-    for name, wanted in targets:
+    for name, flag, kind in _TARGETS:
         module = getattr(block, name, None)
-        if wanted and isinstance(module, nn.Module):
-            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot), with_kwargs=True))
+        if getattr(config, flag) and isinstance(module, nn.Module):
+            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot, kind), with_kwargs=True))
             handles.append(module.register_forward_hook(_unmerge_post_hook(slot)))
 
 
 def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        slot.merge = slot.unmerge = None
+        slot.plans = None
         slot.grid = None
         state.block_calls += 1
         if not state.active or state.latent is None:
@@ -395,7 +513,8 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         x = _first_arg(args, kwargs, "x", "hidden_states")
         if x is None or x.dim() != 3:
             return
-        grid = _grid(state, x.shape[1])
+        tokens = x.shape[1]
+        grid = _grid(state, tokens)
         if grid is None:
             state.grid_misses += 1
             return
@@ -407,49 +526,51 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
             slot.grid = (h, w)
             slot.planned += 1
             return
-        slot.tokens = x.shape[1]
-        r = int(x.shape[1] * config.effective_ratio)
-        if r <= 0:
+        slot.tokens = tokens
+        num_dst = (h // config.sy) * (w // config.sx)
+        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in config.ratios_by_kind.items()}
+        if num_dst == 0 or all(r <= 0 for r in removed.values()):
             return
         slot.planned += 1
-        generator = None
-        if config.use_rand:
-            generator = torch.Generator().manual_seed(_partition_seed(config, state.call_key, slot.index))
-        slot.merge, slot.unmerge = bipartite_soft_matching_random2d(
-            x, w, h, config.sx, config.sy, r, no_rand=not config.use_rand, generator=generator, matching=config.matching
-        )
+        shared = state.stack_plans.get(slot.stack) if config.share_plan and not slot.first_in_stack else None
+        if shared is not None and shared[0] == tokens:
+            slot.plans = shared[1]
+            return
+        with torch.no_grad():
+            m = match(x, _partition(state, h, w, x.device), config.matching)
+            by_r: dict[int, tuple[Merge, Merge]] = {}
+            slot.plans = {kind: by_r.get(r) or by_r.setdefault(r, plan(m, r)) for kind, r in removed.items()}
+        if config.share_plan:
+            state.stack_plans[slot.stack] = (tokens, slot.plans)
 
     return hook
 
 
-def _partition_seed(config: TomeConfig, call_key: int, block_index: int) -> int:
-    seed = _DEFAULT_SEED if config.seed is None else config.seed
-    return zlib.crc32(f"{seed}:{call_key}:{block_index}".encode())
-
-
 def _block_post_hook(slot: _Block) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        # Drop the plan so its index tensors are not kept alive between calls.
-        slot.merge = slot.unmerge = None
+        # Drop the plans so their index tensors are not kept alive between calls.
+        slot.plans = None
+        slot.unmerge = None
         slot.grid = None
 
     return hook
 
 
-def _merge_pre_hook(slot: _Block) -> Callable[..., Any]:
+def _merge_pre_hook(slot: _Block, kind: str) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        slot.merged = False
-        if slot.merge is None:
+        slot.unmerge = None
+        if slot.plans is None:
             return None
+        merge, unmerge = slot.plans[kind]
         slot.reached += 1
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens or merge is unmerge:
             return None
-        slot.merged = True
+        slot.unmerge = unmerge
         slot.applied += 1
-        merged = slot.merge(x)
+        merged = merge(x)
         # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
         # the queries, which must merge with them. Other keys/values (a reference image's, say) stay whole.
         extra = {kw: merged for kw in _KV_KEYWORDS if kwargs.get(kw) is x}
@@ -462,10 +583,10 @@ def _merge_pre_hook(slot: _Block) -> Callable[..., Any]:
 
 def _unmerge_post_hook(slot: _Block) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        if not slot.merged or slot.unmerge is None or not isinstance(output, torch.Tensor):
+        unmerge, slot.unmerge = slot.unmerge, None
+        if unmerge is None or not isinstance(output, torch.Tensor):
             return None
-        slot.merged = False
-        return slot.unmerge(output)
+        return unmerge(output)
 
     return hook
 
