@@ -3,6 +3,10 @@
 #   make test    ruff check + ruff format --check + pytest (all but live-WebUI tests; browser tests skip without chromium)
 #   make bench   python -m tome_core.bench: SD1.5, 512 and 1024 px, ratio 0.5, ~8 min on 2 cores (BENCH_ARGS="..."
 #                passes options, e.g. BENCH_ARGS="--full" for the full matrix, 20-25 min)
+#   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,
+#                HiDiffusion) into .venv with --no-deps; optional, the tests skip a peer that is not installed
+#   make bench-gen  whole generations side by side with every peer: SD1.5 at 512 and 768 px (10 Euler steps) and
+#                SDXL at 768 px (4 steps) into bench-out/gen-sd15 and bench-out/gen-sdxl (hours on 2 CPU cores)
 #   make lint / make format / make clean
 
 SHELL := /bin/bash
@@ -22,7 +26,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 RUFF_PATHS ?= .
 
-.PHONY: venv test lint format bench clean
+.PHONY: venv test lint format bench peers bench-gen clean
 
 venv: $(STAMP)
 
@@ -62,6 +66,17 @@ test: lint
 
 bench: venv
 	$(PY) -m tome_core.bench $(BENCH_ARGS)
+
+# --no-deps: ca-tome pins torch<2.2.2 (a CUDA wheel from the index); what the peers import at run time is already
+# in .venv. The check after it fails if a CUDA torch got in anyway.
+peers: venv
+	$(PIP) install --quiet --no-deps -r requirements-peers.txt
+	$(PY) -c 'import torch, ca_tome, DeepCache, hidiffusion; assert torch.version.cuda is None; print("peers installed")'
+
+# The two commands are tome_core.bench.cli.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
+bench-gen: peers
+	$(PY) -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --out bench-out/gen-sd15 $(BENCH_ARGS)
+	$(PY) -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --out bench-out/gen-sdxl $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis bench-out build dist *.egg-info
