@@ -334,8 +334,12 @@ def make_inputs(
     device: str | torch.device = "cpu",
     seed: int = 0,
     timestep: int = 500,
+    latent_kind: str = "noise",
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Positional and keyword arguments for one UNet call: `unet(*args, **kwargs)`.
+
+    `latent_kind` "noise" is white noise, "natural" a field with a natural image's spectrum (`natural_latent`);
+    the text states are the same for both.
 
     `args` = (latent [B, 4, H/8, W/8], timestep [B]) - passed positionally because tomesd's size hook reads
     `args[0]`; `kwargs` = encoder_hidden_states [B, 77, ctx] and, for SDXL, added_cond_kwargs with
@@ -347,7 +351,12 @@ def make_inputs(
         raise ValueError(f"image size must be a multiple of {VAE_SCALE} px, got {height}x{width}")
     dtype = as_dtype(dtype)
     gen = torch.Generator().manual_seed(seed)
-    latent = torch.randn(batch, LATENT_CHANNELS, height // VAE_SCALE, width // VAE_SCALE, generator=gen)
+    shape = (batch, LATENT_CHANNELS, height // VAE_SCALE, width // VAE_SCALE)
+    latent = torch.randn(shape, generator=gen)
+    if latent_kind == "natural":
+        latent = natural_latent(shape, torch.Generator().manual_seed(seed))
+    elif latent_kind != "noise":
+        raise ValueError(f"latent_kind must be 'noise' or 'natural', got {latent_kind!r}")
     context = torch.randn(batch, TEXT_TOKENS, spec.context_dim, generator=gen)
     kwargs: dict[str, Any] = {"encoder_hidden_states": context.to(device=device, dtype=dtype)}
     if spec.text_time:
@@ -359,3 +368,25 @@ def make_inputs(
         }
     t = torch.full((batch,), timestep, dtype=torch.int64, device=device)
     return (latent.to(device=device, dtype=dtype), t), kwargs
+
+
+def natural_latent(
+    shape: tuple[int, ...], generator: torch.Generator, exponent: float = 2.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """A random latent [B, C, H, W] whose power falls with spatial frequency f as 1 / f**exponent, per channel
+    scaled to zero mean and unit variance (the scale of the white noise it stands in for).
+
+    Natural images, and the SD VAE latents of them, have power spectra close to 1 / f**2, so neighbouring
+    latent cells are alike; in white noise every cell is unlike its neighbours, which makes merging look worse
+    than it is on real images. Made by shaping white noise in the Fourier domain (amplitude 1 / f**(exponent / 2)).
+    """
+    *_, height, width = shape
+    white = torch.randn(shape, generator=generator, dtype=torch.float64)
+    fy = torch.fft.fftfreq(height, dtype=torch.float64)[:, None]
+    fx = torch.fft.rfftfreq(width, dtype=torch.float64)[None, :]
+    freq = (fx**2 + fy**2).sqrt()
+    freq[0, 0] = 1.0 / max(height, width)  # the mean (f = 0) gets the weight of the lowest frequency, not infinity
+    field = torch.fft.irfft2(torch.fft.rfft2(white) / freq ** (exponent / 2), s=(height, width))
+    field = field - field.mean(dim=(-2, -1), keepdim=True)
+    field = field / field.std(dim=(-2, -1), keepdim=True).clamp_min(1e-12)
+    return field.to(dtype)

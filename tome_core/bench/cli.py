@@ -1,4 +1,5 @@
-"""Command line of the benchmark: the options, the default, quick and full matrices, and `main`."""
+"""Command line of the benchmark: the options, the matrices of both modes, and `main` (the per-call mode; the
+whole-generation mode, `--steps N`, runs `generate.main`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 
 import torch
 
-from tome_core.bench import archs, report, run
+from tome_core.bench import archs, peers, report, run
+from tome_core.bench.options import LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row
 from tome_core.config import FieldSpec, TomeConfig, field_spec, field_specs
 
 VARIANTS = ("baseline", "ours", "tomesd")
@@ -31,11 +33,12 @@ class Matrix:
     repeats: int
     warmup: int
 
-    def describe(self) -> str:
+    def describe(self, generation: bool = False) -> str:
         ratios = "ratio" if "," not in self.ratios else "ratios"
-        repeats = "1 timed run" if self.repeats == 1 else f"{self.repeats} timed runs"
+        unit = "generation" if generation else "run"
+        repeats = f"1 timed {unit}" if self.repeats == 1 else f"{self.repeats} timed {unit}s"
         if self.warmup == 0:
-            warmup = "after one untimed baseline call"
+            warmup = "after one untimed 1-step baseline generation" if generation else "after one untimed baseline call"
         else:
             warmup = f"after {self.warmup} warm-up round{'s' if self.warmup > 1 else ''} of every variant"
         return f"sizes {self.sizes} px, {ratios} {self.ratios}, {repeats} {warmup}"
@@ -59,6 +62,18 @@ QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=1)
 #: over the full matrix's ratios and repeats (shown by --help and the README).
 GPU_COMMAND = (
     "python -m tome_core.bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv"
+)
+#: --steps N (whole generations) on any device: SD1.5 at 512 px, ratio 0.5, three timed generations per variant.
+GEN_MATRIX = Matrix(sizes="512", ratios="0.5", repeats=3, warmup=0)
+#: --steps N --full: 512 and 768 px, three ratios, a warm-up generation of every variant.
+GEN_FULL_MATRIX = Matrix(sizes="512,768", ratios="0.3,0.5,0.7", repeats=3, warmup=1)
+#: --steps N --quick: a smoke test.
+GEN_QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=0)
+#: The whole-generation comparison (`make bench-gen`, README): SD1.5 at 512 and 768 px with 10 Euler steps and
+#: SDXL at 768 px with 4, every peer at its default and a faster setting, ours stacked with DeepCache.
+GEN_COMMANDS = (
+    "python -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --out bench-out/gen-sd15",
+    "python -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --out bench-out/gen-sdxl",
 )
 #: Fields of TomeConfig that --set may not touch because another option owns them.
 _OWNED_FIELDS = {"ratio": "--ratios"}
@@ -165,8 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tome_core.bench",
         description="Time one Stable Diffusion UNet step (batch 2) unpatched, with tome_core and with tomesd."
         f" Default matrix on cpu: {DEFAULT_MATRIX.describe()} (about 8 minutes on 2 cores); on cuda, and on"
-        f" cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios, --repeats and --warmup override the matrix.",
-        epilog=f"GPU run of SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode and tomesd: {GPU_COMMAND}",
+        f" cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios, --repeats and --warmup override the matrix."
+        " With --steps N: whole generations of a diffusers pipeline instead of one call, side by side with --peers;"
+        f" matrix {GEN_MATRIX.describe(generation=True)} (--full: {GEN_FULL_MATRIX.describe(generation=True)};"
+        f" --quick: {GEN_QUICK_MATRIX.describe(generation=True)}).",
+        epilog=f"GPU run of SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode and tomesd: {GPU_COMMAND}."
+        f" Whole-generation comparison (make bench-gen): {GEN_COMMANDS[0]}; {GEN_COMMANDS[1]}",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=tuple(archs.DTYPES), default=None, help="default: fp32 on cpu, fp16 on cuda")
@@ -212,14 +231,47 @@ def build_parser() -> argparse.ArgumentParser:
         " e.g. --ours kv:mode=kv --ours global:matching=global; fields as for --set, on top of --set",
     )
     p.add_argument(
+        "--presets",
+        default=None,
+        metavar="NAME[,NAME...]|all",
+        help="ours at each named preset of tome_core.presets() (variants ours:preset=NAME), in both modes; a"
+        " preset fixes its own ratio, so --ratios and --set do not apply to it",
+    )
+    p.add_argument(
         "--tomesd-max-downsample",
         default="1",
         choices=("1", "2", "4", "8", "auto"),
         help="tomesd's max_downsample (default 1, tomesd's own default; 'auto' = the first level with attention,"
         " e.g. 2 for SDXL, where 1 merges nothing)",
     )
+    p.add_argument(
+        "--latents",
+        default=None,
+        metavar="KIND[,KIND]",
+        help="start latents, the first one timed, each further one run once more per variant for its deviation:"
+        " noise (white) and natural (power falling with frequency as in real latents; white noise makes every"
+        " token unlike its neighbours, which overstates what merging loses). Default noise; noise,natural with"
+        " --steps",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
-    p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500)")
+    p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500; per-call mode)")
+    gen = p.add_argument_group("whole generations")
+    gen.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="run N sampler steps of a diffusers pipeline per variant (final latent, no VAE) instead of one UNet call",
+    )
+    gen.add_argument("--scheduler", choices=SCHEDULERS, default=None, help="sampler with --steps (default euler)")
+    gen.add_argument("--guidance", type=float, default=None, help="classifier-free guidance with --steps (default 7)")
+    gen.add_argument(
+        "--peers",
+        default=None,
+        metavar="NAME[,NAME...]|all",
+        help=f"with --steps: alternatives from their PyPI packages (make peers), each at its documented default and"
+        f" one faster setting: {', '.join(peers.PEER_NAMES)} (deepcache+ours: DeepCache stacked on ours); one that"
+        " is not installed or cannot run gets a row saying why",
+    )
     matrix = p.add_mutually_exclusive_group()
     matrix.add_argument(
         "--full",
@@ -230,8 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def pick_matrix(full: bool, quick: bool, device: str) -> Matrix:
-    """--quick, --full, else the default of the device: the full matrix on cuda, the short one on cpu."""
+def pick_matrix(full: bool, quick: bool, device: str, steps: int | None = None) -> Matrix:
+    """--quick, --full, else the default of the device: the full matrix on cuda, the short one on cpu. With
+    --steps the whole-generation matrices, the same on every device."""
+    if steps is not None:
+        return GEN_QUICK_MATRIX if quick else GEN_FULL_MATRIX if full else GEN_MATRIX
     if quick:
         return QUICK_MATRIX
     if full or device == "cuda":
@@ -239,25 +294,30 @@ def pick_matrix(full: bool, quick: bool, device: str) -> Matrix:
     return DEFAULT_MATRIX
 
 
-@dataclass
-class Options:
-    device: torch.device
-    dtype: torch.dtype
-    dtype_name: str
-    arches: list[archs.Arch]
-    sizes: list[tuple[int, int]]
-    ratios: list[float]
-    repeats: int
-    warmup: int
-    checkpoint: str | None
-    out: Path
-    threads: int | None
-    variants: list[str]
-    ours_fields: dict[str, Any]
-    extra_ours: list[tuple[str, dict[str, Any]]]
-    tomesd_max_downsample: str
-    seed: int
-    timestep: int
+def _names(text: str, known: Sequence[str], option: str) -> list[str]:
+    """'a,b' or 'all' -> names in the order given (no repeats), each one of `known`."""
+    if text.strip() == "all":
+        return list(known)
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names:
+        raise ValueError(f"{option} is empty; choose from {', '.join(known)} or all")
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"{option}: unknown {', '.join(map(repr, bad))}; choose from {', '.join(known)} or all")
+    return names
+
+
+def parse_presets(text: str | None) -> list[str]:
+    """--presets: names of tome_core.presets(), or 'all'. ValueError when this tome_core has no preset API."""
+    if text is None:
+        return []
+    known = run.preset_names()
+    if known is None:
+        raise ValueError(
+            "--presets: this tome_core has no preset API (tome_core.presets() does not exist); run ours with"
+            " --set/--ours instead"
+        )
+    return _names(text, known, "--presets")
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -267,7 +327,15 @@ def parse_options(argv: Sequence[str]) -> Options:
         arches = [archs.get_arch(name.strip()) for name in a.arch.split(",") if name.strip()]
         if not arches:
             raise ValueError("--arch is empty")
-        matrix = pick_matrix(a.full, a.quick, a.device)
+        if a.steps is not None and a.steps < 1:
+            raise ValueError(f"--steps must be at least 1, got {a.steps}")
+        for given, name in ((a.scheduler, "--scheduler"), (a.guidance, "--guidance"), (a.peers, "--peers")):
+            if given is not None and a.steps is None:
+                raise ValueError(
+                    f"{name} needs --steps N (whole generations); the per-call mode times one UNet call"
+                    + (" against tomesd (--variants)" if name == "--peers" else "")
+                )
+        matrix = pick_matrix(a.full, a.quick, a.device, a.steps)
         sizes = _csv(a.sizes or matrix.sizes, _size, "size")
         ratios = _csv(a.ratios or matrix.ratios, _ratio, "ratio")
         repeats = a.repeats if a.repeats is not None else matrix.repeats
@@ -281,6 +349,11 @@ def parse_options(argv: Sequence[str]) -> Options:
         variants = [v for v in VARIANTS if v in variants or v == "baseline"]
         ours_fields = parse_sets(a.sets)
         extra_ours = [parse_extra_ours(item, ours_fields) for item in a.extra_ours]
+        presets = parse_presets(a.presets)
+        latents = _names(a.latents or ("noise,natural" if a.steps else "noise"), LATENT_KINDS, "--latents")
+        peer_names = _names(a.peers, peers.PEER_NAMES, "--peers") if a.peers is not None else []
+        if a.guidance is not None and a.guidance < 1.0:
+            raise ValueError(f"--guidance must be at least 1 (classifier-free guidance), got {a.guidance:g}")
         if a.checkpoint and len(arches) != 1:
             raise ValueError("--checkpoint needs exactly one --arch")
         if a.checkpoint and not os.path.isfile(a.checkpoint):
@@ -316,6 +389,12 @@ def parse_options(argv: Sequence[str]) -> Options:
         tomesd_max_downsample=a.tomesd_max_downsample,
         seed=a.seed,
         timestep=a.timestep,
+        latents=latents,
+        presets=presets,
+        steps=a.steps,
+        scheduler=a.scheduler or "euler",
+        guidance=7.0 if a.guidance is None else a.guidance,
+        peers=peer_names,
     )
 
 
@@ -323,8 +402,18 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the per-call benchmark, or the whole-generation one with --steps."""
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse_options(argv)
+    if opts.steps is not None:
+        from tome_core.bench import generate  # imports diffusers' pipelines (and transformers) only when needed
+
+        return generate.main(opts, argv)
+    return main_call(opts, argv)
+
+
+def main_call(opts: Options, argv: Sequence[str]) -> int:
+    """The per-call mode: one UNet step per variant; writes bench.md, bench.json and bench.png."""
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -341,13 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             tomesd_version = msg
     info = report.machine_info(opts, tomesd_version)
-    runs_per_size = (opts.warmup + opts.repeats) * (
-        1
-        + len(opts.ratios)
-        * (("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None))
-    )
-    rows: list[run.Row] = []
-    overhead: list[run.OverheadRow] = []
+    per_ratio = ("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None)
+    variants_per_size = 1 + len(opts.ratios) * per_ratio + len(opts.presets)
+    runs_per_size = (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants_per_size
+    rows: list[Row] = []
+    overhead: list[OverheadRow] = []
     checks: list[tuple[bool, str]] = []
     with tqdm(total=runs_per_size * len(opts.sizes) * len(opts.arches), unit="step", file=sys.stderr) as progress:
         for spec in opts.arches:
@@ -359,19 +446,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             processors = {type(p).__name__ for p in unet.attn_processors.values()}
             if processors != {"AttnProcessor2_0"}:
                 notes.append(f"{spec.name}: attention processors are {sorted(processors)}, not AttnProcessor2_0")
+            # Operations per merged block, once per architecture at the smallest size (they do not depend on it).
+            ops_size = min(opts.sizes, key=lambda s: s[0] * s[1])
+            progress.set_postfix_str(f"{spec.name} {ops_size[1]}px counting operations")
+            block_ops = run.bench_ops(opts, unet, spec, ops_size, tomesd)
             for size in opts.sizes:
                 progress.set_postfix_str(f"{spec.name} {size[1]}px merge overhead")
                 overhead += run.bench_overhead(opts, unet, spec, size, tomesd)
-                rows += run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
+                size_rows = run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
+                if size == ops_size:
+                    for r in size_rows:
+                        label = r.variant if r.ratio is None else f"{r.variant} r={r.ratio:g}"
+                        r.ops_per_block = block_ops.get(label)
+                rows += size_rows
             del unet
             gc.collect()
             if opts.device.type == "cuda":
                 torch.cuda.empty_cache()
 
     for r in rows:
-        if r.variant != "baseline" and r.ratio and r.deviation == 0.0:
+        if r.variant != "baseline" and r.error is None and r.deviation == 0.0:
             notes.append(
-                f"{r.arch} {r.size}px {r.variant} r={r.ratio:g}: output identical to the baseline, nothing was merged"
+                f"{r.arch} {r.size}px {r.variant}"
+                + ("" if r.ratio is None else f" r={r.ratio:g}")
+                + ": output identical to the baseline, nothing was merged"
                 + (
                     " (tomesd's max_downsample=1 has no attention block on this architecture; try"
                     " --tomesd-max-downsample auto)"
@@ -380,24 +478,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
     wall = time.perf_counter() - started
-    table = report.format_table(rows, opts.device)
+    table = report.format_table(rows, opts.device, opts.latents)
+    warning = report.spread_line(rows)
     opts.out.mkdir(parents=True, exist_ok=True)
     markdown = report.write_report(opts, argv, rows, checks, notes, info, wall, overhead)
     (opts.out / "bench.md").write_text(markdown)
     payload = {
         "command": ["python", "-m", "tome_core.bench", *argv],
+        "mode": "call",
+        "latents": opts.latents,
         "machine": info,
         "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
         "rows": [r.__dict__ for r in rows],
         "merge_overhead": [r.__dict__ for r in overhead],
         "checks": [{"ok": ok, "text": text} for ok, text in checks],
         "notes": notes,
+        "spread_warning": warning,
         "wall_s": wall,
     }
     (opts.out / "bench.json").write_text(json.dumps(payload, indent=2))
     report.write_plot(rows, opts.out / "bench.png")
 
     print(table)
+    if warning:
+        print(warning)
+    if any(r.ops_per_block for r in rows):
+        print()
+        print(report.format_ops(rows))
     print()
     print(report.format_overhead(overhead))
     print()

@@ -7,6 +7,7 @@ import ctypes
 import gc
 import importlib
 import importlib.metadata
+import math
 import os
 import statistics
 import sys
@@ -14,17 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from tome_core.bench import archs
+from tome_core.bench.options import Options, OverheadRow, Row, spread
 from tome_core.config import TomeConfig
 from tome_core.patch import _structural_levels
 
-if TYPE_CHECKING:
-    from tome_core.bench.cli import Options
+__all__ = ["OverheadRow", "Row", "Variant", "bench_overhead", "bench_size", "deviation", "make_variants", "psnr_db"]
 
 # ---------------------------------------------------------------------------------------------- measuring
 
@@ -126,6 +127,19 @@ def deviation(out: torch.Tensor, base: torch.Tensor) -> float:
     return float((out.double() - base64).norm() / base64.norm().clamp_min(1e-30))
 
 
+def psnr_db(out: torch.Tensor, base: torch.Tensor) -> float | None:
+    """PSNR of `out` against `base` in dB, the peak being the range of `base` (max - min), in float64.
+
+    None when the two are identical (infinite PSNR); JSON writes it as null.
+    """
+    base64 = base.double()
+    mse = float((out.double() - base64).pow(2).mean())
+    if mse == 0.0:
+        return None
+    peak = float(base64.max() - base64.min())
+    return 10.0 * math.log10(max(peak, 1e-30) ** 2 / mse)
+
+
 def _hook_count(model: nn.Module) -> int:
     return sum(
         len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + len(m._forward_hooks_with_kwargs)
@@ -142,13 +156,15 @@ def _class_names(model: nn.Module) -> list[str]:
 
 @dataclass
 class Variant:
-    kind: str  # baseline | ours | tomesd
+    kind: str  # baseline | ours | ours:NAME | ours:preset=NAME | tomesd
     ratio: float | None
     apply: Callable[[nn.Module], None]
     remove: Callable[[nn.Module], None]
     times: list[float] = field(default_factory=list)
     mems: list[int] = field(default_factory=list)
     output: torch.Tensor | None = None
+    #: Output per start latent kind (the first kind's is `output`).
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     error: str | None = None
 
     @property
@@ -173,19 +189,37 @@ def load_tomesd() -> tuple[Any | None, str]:
     return module, version
 
 
+def preset_names() -> list[str] | None:
+    """Names of the core's presets (`tome_core.presets()`), or None when this tome_core has no preset API."""
+    tome_core = importlib.import_module("tome_core")
+    presets = getattr(tome_core, "presets", None)
+    if presets is None:
+        return None
+    return [p.name for p in presets()]
+
+
+def preset_variant_name(name: str) -> str:
+    return f"ours:preset={name}"
+
+
 def _first_attention_level(unet: nn.Module) -> int:
     """Downsampling (1, 2, 4, ...) of the shallowest transformer block, read the way the core reads it."""
     return min(level for _, level in _structural_levels(unet))
 
 
+def tomesd_max_downsample(opts: Options, unet: nn.Module) -> int:
+    """tomesd's max_downsample from --tomesd-max-downsample ('auto': the UNet's first attention level)."""
+    if opts.tomesd_max_downsample == "auto":
+        return _first_attention_level(unet)
+    return int(opts.tomesd_max_downsample)
+
+
 def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
+    """baseline; at every ratio ours, each --ours configuration and tomesd; then each --presets preset once."""
     variants = [Variant("baseline", None, _noop, _noop)]
     tome_core = importlib.import_module("tome_core")
     base_cfg = TomeConfig.from_dict(opts.ours_fields)
-    if opts.tomesd_max_downsample == "auto":
-        tomesd_md = _first_attention_level(unet)
-    else:
-        tomesd_md = int(opts.tomesd_max_downsample)
+    tomesd_md = tomesd_max_downsample(opts, unet)
     ours = [("ours", base_cfg)] if "ours" in opts.variants else []
     ours += [(kind, TomeConfig.from_dict(fields)) for kind, fields in opts.extra_ours]
     for r in opts.ratios:
@@ -204,6 +238,15 @@ def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Va
                 rng.exit()
 
             variants.append(Variant("tomesd", r, apply_tomesd, remove_tomesd))
+    for name in opts.presets:  # a preset fixes its own ratio: once, whatever --ratios says
+        variants.append(
+            Variant(
+                preset_variant_name(name),
+                None,
+                lambda u, name=name: tome_core.apply_patch(u, preset=name),
+                tome_core.remove_patch,
+            )
+        )
     return variants
 
 
@@ -233,18 +276,41 @@ class _SeededGlobalRng:
         self.saved = None
 
 
-@dataclass
-class Row:
-    arch: str
-    size: str
-    variant: str
-    ratio: float | None
-    median_s: float | None
-    speedup: float | None
-    peak_mem_mib: float | None
-    deviation: float | None
-    times_s: list[float]
-    error: str | None = None
+def size_label(size: tuple[int, int]) -> str:
+    """(height, width) -> '512' or '768x512' (width x height)."""
+    height, width = size
+    return f"{width}" if width == height else f"{width}x{height}"
+
+
+def make_row(spec: archs.Arch, label: str, v: Variant, base: Variant, kinds: list[str]) -> Row:
+    """The row of one variant: median, speed-up over `base`, spread, deviation and PSNR per start latent."""
+    if v.error is not None or not v.times:
+        return Row(spec.name, label, v.kind, v.ratio, None, None, None, None, [], v.error or "no timed run")
+    base_median = statistics.median(base.times)
+    med = statistics.median(v.times)
+    mem = max(v.mems) / 2**20 if v.mems else None
+    deviations: dict[str, float] = {}
+    psnrs: dict[str, float | None] = {}
+    for kind in kinds:
+        out, ref = v.outputs.get(kind), base.outputs.get(kind)
+        if out is None or ref is None:
+            continue
+        deviations[kind] = 0.0 if v is base else deviation(out, ref)
+        psnrs[kind] = None if v is base else psnr_db(out, ref)
+    return Row(
+        spec.name,
+        label,
+        v.kind,
+        v.ratio,
+        med,
+        base_median / med,
+        mem,
+        deviations.get(kinds[0]),
+        list(v.times),
+        spread=spread(v.times),
+        deviations=deviations,
+        psnr_db=psnrs,
+    )
 
 
 def bench_size(
@@ -256,11 +322,27 @@ def bench_size(
     checks: list[tuple[bool, str]],
     progress: Any,
 ) -> list[Row]:
+    """Time every variant on one UNet call at one size, round-robin; rows in the order of `make_variants`.
+
+    The first start latent of --latents is timed; every further one is run once more per variant, untimed,
+    for its deviation.
+    """
     height, width = size
-    size_label = f"{width}" if width == height else f"{width}x{height}"
-    inputs = archs.make_inputs(
-        spec, height, width, dtype=opts.dtype, device=opts.device, seed=opts.seed, timestep=opts.timestep
-    )
+    label = size_label(size)
+    kinds = opts.latents
+    inputs = {
+        kind: archs.make_inputs(
+            spec,
+            height,
+            width,
+            dtype=opts.dtype,
+            device=opts.device,
+            seed=opts.seed,
+            timestep=opts.timestep,
+            latent_kind=kind,
+        )
+        for kind in kinds
+    }
     variants = make_variants(opts, unet, tomesd)
     hooks0, classes0 = _hook_count(unet), _class_names(unet)
     sample_rss = opts.device.type == "cpu"
@@ -271,23 +353,26 @@ def bench_size(
     if opts.warmup == 0:
         # One untimed unpatched call: the first call at a shape pays one-time costs (kernel selection,
         # allocator growth) that would otherwise land on whichever variant runs first, the baseline.
-        progress.set_postfix_str(f"{spec.name} {size_label}px priming call")
-        run_step(unet, inputs, opts.device, sample_rss=False)
-    for rep in range(opts.warmup + opts.repeats):
+        progress.set_postfix_str(f"{spec.name} {label}px priming call")
+        run_step(unet, inputs[kinds[0]], opts.device, sample_rss=False)
+    # (round, start latent): the timed rounds on the first kind, then one untimed round per further kind.
+    rounds = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)] + [(-1, kind) for kind in kinds[1:]]
+    for rep, kind in rounds:
         warm = rep < opts.warmup
         for v in variants:
-            progress.set_postfix_str(f"{spec.name} {size_label}px {v.label}" + (" warm-up" if warm else ""))
+            what = " warm-up" if 0 <= rep < opts.warmup else (f" {kind} latent" if rep < 0 else "")
+            progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
             if v.error is not None:
                 progress.update(1)
                 continue
             try:
                 v.apply(unet)
-                seconds, out, mem = run_step(unet, inputs, opts.device, sample_rss=sample_rss and rep == 0)
+                seconds, out, mem = run_step(unet, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0)
             except Exception as exc:  # a failing comparison must not stop the benchmark
                 if v.kind == "baseline":
                     raise
                 v.error = f"{type(exc).__name__}: {exc}"
-                print(f"\n{v.label} failed at {size_label}px: {v.error}", file=sys.stderr)
+                print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
             finally:
                 v.remove(unet)
             progress.update(1)
@@ -295,11 +380,12 @@ def bench_size(
                 continue
             if _hook_count(unet) != hooks0 or _class_names(unet) != classes0:
                 restore_ok = False
-                checks.append(
-                    (False, f"{spec.name} {size_label}px: {v.label} left hooks or classes behind after removal")
-                )
+                checks.append((False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal"))
+            if rep < 0:
+                v.outputs[kind] = out
+                continue
             if rep == 0:
-                v.output = out
+                v.output = v.outputs[kind] = out
                 if mem is not None:
                     v.mems.append(mem)
             if not warm:
@@ -311,7 +397,7 @@ def bench_size(
                     if not torch.equal(out, base.output):
                         max_diff = max(max_diff, float((out - base.output).abs().max()))
     if base.output is not None and not torch.isfinite(base.output).all():
-        checks.append((False, f"{spec.name} {size_label}px: the baseline output is not finite ({opts.dtype_name})"))
+        checks.append((False, f"{spec.name} {label}px: the baseline output is not finite ({opts.dtype_name})"))
     # Patch/unpatch cycles before the last baseline run (the first of the last round). With one baseline run
     # only (--warmup 0 --repeats 1) nothing was compared and no check is claimed.
     cycles = sum(1 for v in variants if v.kind != "baseline" and v.error is None) * (opts.warmup + opts.repeats - 1)
@@ -319,36 +405,66 @@ def bench_size(
         checks.append(
             (
                 max_diff == 0.0,
-                f"{spec.name} {size_label}px: baseline output bitwise identical in {compared} later timed run(s)"
+                f"{spec.name} {label}px: baseline output bitwise identical in {compared} later timed run(s)"
                 f" after {cycles} patch/unpatch cycles"
                 + ("" if max_diff == 0.0 else f": NO, max |diff| = {max_diff:.3g}"),
             )
         )
     if restore_ok:
-        checks.append((True, f"{spec.name} {size_label}px: no hook or class left behind by any removal"))
-
-    base_median = statistics.median(base.times)
-    rows = []
-    for v in variants:
-        if v.error is not None or not v.times:
-            rows.append(Row(spec.name, size_label, v.kind, v.ratio, None, None, None, None, [], v.error))
-            continue
-        med = statistics.median(v.times)
-        mem = max(v.mems) / 2**20 if v.mems else None
-        dev = deviation(v.output, base.output) if v is not base else 0.0
-        rows.append(Row(spec.name, size_label, v.kind, v.ratio, med, base_median / med, mem, dev, list(v.times)))
-    return rows
+        checks.append((True, f"{spec.name} {label}px: no hook or class left behind by any removal"))
+    return [make_row(spec, label, v, base, kinds) for v in variants]
 
 
-@dataclass
-class OverheadRow:
-    arch: str
-    size: str
-    level: int
-    tokens: int
-    channels: int
-    ratio: float
-    ms: dict[str, float]  # matching name -> median ms of plan + merge + unmerge
+def _is_ours(kind: str) -> bool:
+    return kind == "ours" or kind.startswith("ours:")
+
+
+def bench_ops(
+    opts: Options, unet: nn.Module, spec: archs.Arch, size: tuple[int, int], tomesd: Any | None
+) -> dict[str, dict[str, float]]:
+    """aten operations each variant's patch adds per block that merged, at one size: variant label -> counts.
+
+    (ops of one patched UNet call - ops of the unpatched call) / blocks that merged, counted by
+    `tome_core.bench.ops.count_ops` in kinds: total, kernel-launching, views and host syncs. Blocks that merged:
+    ours `tome_core.stats(unet).applied` after `reset_stats`; tomesd the transformer blocks at the levels its
+    max_downsample reaches (it patches every block, merges in those). One untimed call per variant; {} when this
+    tome_core has no op counter. The counts do not depend on the size, only on which blocks merge.
+    """
+    try:
+        ops = importlib.import_module("tome_core.bench.ops")
+    except ImportError:
+        return {}
+    tome_core = importlib.import_module("tome_core")
+    height, width = size
+    args, kwargs = archs.make_inputs(
+        spec, height, width, dtype=opts.dtype, device=opts.device, seed=opts.seed, timestep=opts.timestep
+    )
+
+    def call() -> Any:
+        return unet(*args, **kwargs, return_dict=False)
+
+    base, _ = ops.count_ops(call)
+    tomesd_blocks = sum(1 for _, level in _structural_levels(unet) if level <= tomesd_max_downsample(opts, unet))
+    out: dict[str, dict[str, float]] = {}
+    for v in make_variants(opts, unet, tomesd)[1:]:
+        v.apply(unet)
+        try:
+            if _is_ours(v.kind):
+                tome_core.reset_stats(unet)
+            counts, _ = ops.count_ops(call)
+            if _is_ours(v.kind):
+                merged = tome_core.stats(unet)
+                blocks = 0 if merged is None else merged.applied
+            else:
+                blocks = tomesd_blocks
+        finally:
+            v.remove(unet)
+        diff = counts - base
+        row: dict[str, float] = {"blocks": float(blocks)}
+        if blocks:
+            row.update({k: getattr(diff, k) / blocks for k in ("total", "launching", "views", "syncs")})
+        out[v.label] = row
+    return out
 
 
 def bench_overhead(
@@ -400,6 +516,5 @@ def bench_overhead(
                 if rep:
                     times[name].append(time.perf_counter() - start)
         ms = {k: statistics.median(v) * 1000 for k, v in times.items()}
-        size_label = f"{width}" if width == height else f"{width}x{height}"
-        rows.append(OverheadRow(spec.name, size_label, level, h * w, channels, ratio, ms))
+        rows.append(OverheadRow(spec.name, size_label(size), level, h * w, channels, ratio, ms))
     return rows

@@ -1,0 +1,125 @@
+"""What the benchmark's modules share: the parsed options, the result rows and the timing-spread rule.
+
+`cli` builds an `Options`; `run` (one UNet call), `generate` (whole generations) and `report` read it and the
+rows. Keeping these here, in a module that imports none of the others, is what keeps the package free of
+import cycles.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tome_core.bench.archs import Arch
+
+#: Above this spread ((max - min) / median of a variant's timed runs) the report warns that the machine was too
+#: busy to trust the speed-ups: a quiet machine keeps it within a few percent.
+SPREAD_LIMIT = 0.10
+#: Start latents the benchmark knows: white noise (what a sampler starts from) and a field with a natural
+#: image's power spectrum (see `archs.natural_latent`).
+LATENT_KINDS = ("noise", "natural")
+#: Samplers of the whole-generation mode: Euler (the WebUI's default) and DPM++ 2M.
+SCHEDULERS = ("euler", "dpm++2m")
+
+
+@dataclass
+class Options:
+    """The parsed command line (see `cli.build_parser`)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    dtype_name: str
+    arches: list[Arch]
+    sizes: list[tuple[int, int]]
+    ratios: list[float]
+    repeats: int
+    warmup: int
+    checkpoint: str | None
+    out: Path
+    threads: int | None
+    variants: list[str]
+    ours_fields: dict[str, Any]
+    extra_ours: list[tuple[str, dict[str, Any]]]
+    tomesd_max_downsample: str
+    seed: int
+    timestep: int
+    #: Start latents, the first one timed, each further one run once more per variant for its deviation.
+    latents: list[str] = field(default_factory=lambda: ["noise"])
+    #: Preset names of `tome_core.presets()` to run as variants "ours:preset=NAME".
+    presets: list[str] = field(default_factory=list)
+    #: Whole-generation mode: sampler steps per generation; None = one UNet call (the per-call mode).
+    steps: int | None = None
+    scheduler: str = "euler"
+    guidance: float = 7.0
+    #: Peers of the whole-generation mode (`tome_core.bench.peers.PEERS`), each at its default and a faster setting.
+    peers: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        return "call" if self.steps is None else "generate"
+
+
+@dataclass
+class Row:
+    """One variant at one architecture and size: the JSON row and a line of the table.
+
+    `deviation` is ||out - base|| / ||base|| on the first start latent (`latents[0]`); `deviations` and `psnr_db`
+    hold it, and the PSNR, for every start latent. `spread` = (max - min) / median of `times_s`.
+    """
+
+    arch: str
+    size: str
+    variant: str
+    ratio: float | None
+    median_s: float | None
+    speedup: float | None
+    peak_mem_mib: float | None
+    deviation: float | None
+    times_s: list[float]
+    error: str | None = None
+    spread: float | None = None
+    deviations: dict[str, float] = field(default_factory=dict)
+    psnr_db: dict[str, float | None] = field(default_factory=dict)
+    #: What the variant runs, in its own package's terms (peers: their arguments).
+    setting: str | None = None
+    #: Per-call mode: (aten ops of the patched call - ops of the unpatched call) / blocks that merged.
+    ops_per_block: dict[str, float] | None = None
+
+
+@dataclass
+class OverheadRow:
+    arch: str
+    size: str
+    level: int
+    tokens: int
+    channels: int
+    ratio: float
+    ms: dict[str, float]  # matching name -> median ms of plan + merge + unmerge
+
+
+def spread(times: Sequence[float]) -> float | None:
+    """(max - min) / median of timed runs; None with fewer than two runs (nothing to compare)."""
+    if len(times) < 2:
+        return None
+    med = statistics.median(times)
+    return (max(times) - min(times)) / med if med > 0 else None
+
+
+def spread_warning(rows: Sequence[Row], limit: float = SPREAD_LIMIT) -> str | None:
+    """One line when any variant's timed runs spread by more than `limit`, naming the worst; else None."""
+    spread_rows = [r for r in rows if r.spread is not None and r.spread > limit]
+    if not spread_rows:
+        return None
+    worst = max(spread_rows, key=lambda r: r.spread or 0.0)
+    label = worst.variant + ("" if worst.ratio is None else f" r={worst.ratio:g}")
+    times = ", ".join(f"{t:.3g}" for t in worst.times_s)
+    return (
+        f"warning: the machine was too busy to trust these timings: {len(spread_rows)} variant(s) spread by more"
+        f" than {limit:.0%} over their timed runs (worst: {worst.arch} {worst.size}px {label}, {worst.spread:.0%}:"
+        f" {times} s); compare speed-ups only from a run on a quiet machine"
+    )
