@@ -10,8 +10,8 @@ Built for a GPU: every step is one batched operation on the device (no loop over
 back to the host), and what depends only on the grid is built once and reused:
 
 * `GridLayout` (per grid shape): the cells, slot offsets and the local-matching lookup tables;
-* `Partition` (per grid and sampler step): which token of each cell is the destination, drawn from a
-  counter-based hash of a device tensor (`hashed_slots`), so no generator and no host read is needed;
+* `Partition` (per grid and sampler step): which token of each cell is the destination; random ones are
+  drawn once per grid into a `PartitionTable`, from which each step picks one by its timestep on the device;
 * `Match` (per block, or once per transformer stack): the similarity ranking of the sources;
 * `plan` (per ratio): the merge and unmerge closures, one `index_add_` and one `index_select` each.
 """
@@ -101,22 +101,19 @@ def grid_layout(h: int, w: int, sx: int, sy: int, device: torch.device | str = "
 
 @dataclass(frozen=True)
 class Partition:
-    """Which token of each cell is the destination, and the per-token tables derived from it."""
+    """Which token of each cell is the destination, as token indices and as a per-token table."""
 
     layout: GridLayout
     dst_tok: torch.Tensor  # [Nd] token index of each destination, in cell order
-    penalty: torch.Tensor  # [N] float32: -inf at destinations (never merged), 0 at sources
     dst_number: torch.Tensor  # [N] int64: a destination's number at its token, 0 elsewhere
 
 
 def partition(layout: GridLayout, slots: torch.Tensor) -> Partition:
     """The partition that puts each cell's destination in slot `slots` [Nd] (ky * sx + kx) of the cell."""
-    device = layout.cell_tok.device
     dst_tok = layout.cell_tok + layout.slot_offset.index_select(0, slots.reshape(-1))
-    penalty = torch.zeros(layout.n, device=device).index_fill_(0, dst_tok, float("-inf"))
-    dst_number = torch.zeros(layout.n, dtype=torch.int64, device=device)
+    dst_number = torch.zeros(layout.n, dtype=torch.int64, device=dst_tok.device)
     dst_number.index_copy_(0, dst_tok, layout.arange[: layout.num_dst])
-    return Partition(layout, dst_tok, penalty, dst_number)
+    return Partition(layout, dst_tok, dst_number)
 
 
 def fixed_slots(layout: GridLayout) -> torch.Tensor:
@@ -124,20 +121,38 @@ def fixed_slots(layout: GridLayout) -> torch.Tensor:
     return torch.zeros(layout.num_dst, dtype=torch.int64, device=layout.cell_tok.device)
 
 
-def hashed_slots(layout: GridLayout, key: torch.Tensor, salt: int) -> torch.Tensor:
-    """A destination slot per cell, [Nd] int64, from a hash of (`key`, `salt`, cell): no generator, no host read.
+@dataclass(frozen=True)
+class PartitionTable:
+    """`count` random partitions of one grid, stacked, so that a sampler step picks one on the device."""
 
-    `key` is a 1-element int64 device tensor (the sampler step's timestep), so cond and uncond batches of one
-    step get the same partition even when run as separate calls, and every step gets another one.
+    layout: GridLayout
+    dst_tok: torch.Tensor  # [count, Nd]
+    dst_number: torch.Tensor  # [count, N]
+
+    @property
+    def count(self) -> int:
+        return self.dst_tok.shape[0]
+
+    def pick(self, key: torch.Tensor) -> Partition:
+        """The partition for `key` (a [1] int64 device tensor): row key mod count, chosen without a host read."""
+        row = key.remainder(self.count)
+        return Partition(self.layout, self.dst_tok.index_select(0, row)[0], self.dst_number.index_select(0, row)[0])
+
+
+#: Random partitions per grid. A step picks one by its timestep; a prime count spreads the usual timestep
+#: spacings (multiples of 1000 in the key) over all of them.
+PARTITIONS_PER_GRID = 17
+
+
+def random_partitions(layout: GridLayout, seed: int, count: int = PARTITIONS_PER_GRID) -> PartitionTable:
+    """`count` partitions with each cell's destination slot drawn from a private generator seeded by `seed`.
+
+    Built once per grid (the draws happen on the CPU and are copied over once), never per call.
     """
-    x = layout.arange[: layout.num_dst] * 0x9E3779B1 + key * 0x85EBCA77 + (salt & 0x7FFFFFFF)  # [Nd]
-    # splitmix-style finaliser: int64 arithmetic wraps, shifts mix high bits down.
-    x = x ^ (x >> 31)
-    x = x * 0x5BD1E995
-    x = x ^ (x >> 29)
-    x = x * 0x2C1B3C6D
-    x = x ^ (x >> 32)
-    return x.remainder(layout.sx * layout.sy)
+    generator = torch.Generator().manual_seed(seed)
+    slots = torch.randint(layout.sx * layout.sy, (count, layout.num_dst), generator=generator)
+    parts = [partition(layout, row.to(layout.cell_tok.device)) for row in slots]
+    return PartitionTable(layout, torch.stack([p.dst_tok for p in parts]), torch.stack([p.dst_number for p in parts]))
 
 
 def random2d_slots(
@@ -183,8 +198,8 @@ def match(metric: torch.Tensor, part: Partition, matching: str = "global") -> Ma
         best, into = (unit @ unit_dst.transpose(1, 2)).max(dim=-1)  # [B, N]
     else:
         best, into = _match_local(unit, unit_dst, layout)
-    score = best + part.penalty  # [B, N] float32
-    return Match(part, score.argsort(dim=-1, descending=True), into)
+    best.index_fill_(1, part.dst_tok, float("-inf"))  # destinations never merge: ranked last
+    return Match(part, best.argsort(dim=-1, descending=True), into)
 
 
 def _match_local(unit: torch.Tensor, unit_dst: torch.Tensor, layout: GridLayout) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,13 +24,14 @@ from tome_core.merge import (
     GridLayout,
     Merge,
     Partition,
+    PartitionTable,
     fixed_slots,
     grid_layout,
-    hashed_slots,
     kv_downsample,
     match,
     partition,
     plan,
+    random_partitions,
 )
 
 STATE_ATTR = "_tome_sd_state"
@@ -89,10 +90,11 @@ class _State:
     grids: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)  # tokens -> (level, h, w)
     active: bool = True
     step: tuple[int, int] | None = None
-    scheduler: weakref.ReferenceType[Any] | None = None  # a diffusers pipeline's scheduler: its step index
+    pipeline: Callable[[], Any] | None = None  # the diffusers pipeline patched through: its scheduler's step
     # Index tensors, built once and reused by every block: layouts per grid shape for good, partitions per grid
     # for the current UNet call (random ones change with the timestep), shared plans per stack.
     layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
+    tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
     partitions: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
     timestep: Any = None  # the current call's timestep argument, read on the device only
     key: torch.Tensor | None = None  # [1] int64 partition key derived from it
@@ -251,9 +253,8 @@ def apply_patch(
     state = _State(config=config, auto_levels=_auto_levels(blocks))
     state.block_levels = frozenset(level for _, level in blocks)
     state.total = len(blocks)
-    scheduler = getattr(model, "scheduler", None)
-    if scheduler is not None and hasattr(scheduler, "timesteps"):
-        state.scheduler = weakref.ref(scheduler)
+    if hasattr(getattr(model, "scheduler", None), "timesteps"):
+        state.pipeline = _ref(model)
     state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
     state.handles.append(unet.register_forward_hook(_unet_post_hook(state)))
     stacks = _stacks(unet)
@@ -425,10 +426,20 @@ def _fraction(state: _State) -> float | None:
         return None
     if state.step is not None:
         return state.step[0] / state.step[1]
-    scheduler = state.scheduler() if state.scheduler is not None else None
-    if scheduler is not None and len(getattr(scheduler, "timesteps", None) or ()) > 0:
-        return (getattr(scheduler, "step_index", None) or 0) / len(scheduler.timesteps)
+    # Read afresh each call: users swap a pipeline's scheduler after patching.
+    scheduler = getattr(state.pipeline(), "scheduler", None) if state.pipeline is not None else None
+    timesteps = getattr(scheduler, "timesteps", None)
+    if timesteps is not None and len(timesteps) > 0:
+        return (getattr(scheduler, "step_index", None) or 0) / len(timesteps)
     return 1.0 - _timestep_value(state.timestep) / _TRAIN_TIMESTEPS
+
+
+def _ref(obj: Any) -> Callable[[], Any]:
+    """A weak reference where the object allows one (the UNet must not keep its pipeline alive), else a strong one."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # no __weakref__ slot (a SimpleNamespace, say): kept alive by the patch until removed
+        return lambda: obj
 
 
 def _timestep_value(timestep: Any) -> float:
@@ -440,15 +451,13 @@ def _timestep_value(timestep: Any) -> float:
 
 
 def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
-    """[1] int64 on `device`: the timestep x 1000, rounded, computed on the device (never read back)."""
+    """[1] int64 on `device`: the timestep x 1000, computed on the device (never read back)."""
     if state.key is None or state.key.device != device:
         t = state.timestep
         if isinstance(t, torch.Tensor) and t.numel():
-            t = t.reshape(-1)[:1].to(device)
-            key = (t.float() * 1000).round().long() if t.is_floating_point() else t.long() * 1000
+            state.key = (t.reshape(-1)[:1].to(device) * 1000).long()
         else:
-            key = torch.full((1,), round(float(t or 0) * 1000), dtype=torch.int64, device=device)
-        state.key = key
+            state.key = torch.full((1,), int(float(t or 0) * 1000), dtype=torch.int64, device=device)
     return state.key
 
 
@@ -476,11 +485,14 @@ def _partition(state: _State, h: int, w: int, device: torch.device) -> Partition
         if layout is None:
             layout = state.layouts[key] = grid_layout(h, w, config.sx, config.sy, device)
         if config.use_rand and config.sx * config.sy > 1:
-            seed = _DEFAULT_SEED if config.seed is None else config.seed
-            slots = hashed_slots(layout, _timestep_key(state, device), zlib.crc32(f"{seed}:{h}x{w}".encode()))
+            table = state.tables.get(key)
+            if table is None:
+                seed = _DEFAULT_SEED if config.seed is None else config.seed
+                table = state.tables[key] = random_partitions(layout, zlib.crc32(f"{seed}:{h}x{w}".encode()))
+            part = table.pick(_timestep_key(state, device))
         else:
-            slots = fixed_slots(layout)
-        part = state.partitions[key] = partition(layout, slots)
+            part = partition(layout, fixed_slots(layout))
+        state.partitions[key] = part
     return part
 
 

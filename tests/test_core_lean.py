@@ -1,0 +1,214 @@
+"""Merging lean enough for a GPU: no host synchronisation in a patched UNet call, no per-sample work, index
+tensors shared by blocks, and at most tomesd's kernel-launching operations per merged block.
+
+Operations are counted on the CPU with a `TorchDispatchMode` (`tome_core.bench.ops`): on a GPU each non-view
+operation launches a kernel and each `_local_scalar_dense`/`nonzero`/`item` stops the host until the device
+catches up.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import tome_core
+from tome_core.bench.ops import count_ops
+from tome_core.merge import PARTITIONS_PER_GRID, grid_layout, random_partitions
+
+from tiny_models import PipelineLike, build_unet, forward, forward_unet, make_inputs
+
+# Every way the core can decide partitions and the step window.
+SYNC_FREE_CONFIGS = {
+    "defaults (random partitions)": {},
+    "fixed partitions": {"use_rand": False},
+    "local matching, every target, one plan per stack": {
+        "merge_crossattn": True,
+        "merge_mlp": True,
+        "mlp_ratio": 0.3,
+        "share_plan": True,
+    },
+    "global matching": {"matching": "global"},
+    "kv mode": {"mode": "kv"},
+}
+
+
+def _ops(model: object, inputs) -> tuple:
+    counts, _ = count_ops(lambda: forward(model, inputs))
+    return counts
+
+
+@pytest.mark.parametrize("kind", ["diffusers_sd1", "ldm_sd1", "diffusers_sdxl"])
+@pytest.mark.parametrize("fields", list(SYNC_FREE_CONFIGS.values()), ids=list(SYNC_FREE_CONFIGS))
+def test_patched_call_never_syncs(kind: str, fields: dict) -> None:
+    unet = build_unet(kind)
+    inputs = make_inputs(2, 16, 16)
+    base = _ops(unet, inputs)
+    assert base.syncs == 0, base.sync_names()  # the model itself is sync-free, so any sync would be ours
+    tome_core.apply_patch(unet, **fields, max_downsample=8)
+    forward(unet, inputs)  # first call builds the per-grid layouts
+    ours = _ops(unet, inputs)
+    assert tome_core.stats(unet).applied > 0
+    tome_core.remove_patch(unet)
+    assert ours.syncs == 0, ours.sync_names()
+
+
+def test_step_window_from_set_step_never_syncs() -> None:
+    unet = build_unet("diffusers_sd1")
+    inputs = make_inputs(2, 16, 16)
+    tome_core.apply_patch(unet, step_start=0.2, step_end=0.8)
+    for step, merges in ((1, False), (5, True)):
+        tome_core.set_step(unet, step, 10)
+        tome_core.reset_stats(unet)
+        counts = _ops(unet, inputs)
+        assert counts.syncs == 0, counts.sync_names()
+        assert bool(tome_core.stats(unet).applied) == merges
+    tome_core.remove_patch(unet)
+
+
+def test_step_window_from_a_pipeline_scheduler_never_syncs() -> None:
+    # A diffusers pipeline's scheduler knows its step as a host integer: no timestep is read back.
+    scheduler = types.SimpleNamespace(timesteps=torch.arange(999, 0, -100), step_index=None)
+    pipe = PipelineLike(build_unet("diffusers_sd1"))
+    pipe.scheduler = scheduler
+    inputs = make_inputs(2, 16, 16)
+    tome_core.apply_patch(pipe, step_start=0.5)
+    for step_index, merges in ((None, False), (2, False), (5, True), (9, True)):
+        scheduler.step_index = step_index
+        tome_core.reset_stats(pipe)
+        counts = _ops(pipe, inputs)
+        assert counts.syncs == 0, counts.sync_names()
+        assert bool(tome_core.stats(pipe).applied) == merges, step_index
+    tome_core.remove_patch(pipe)
+
+
+def test_bare_unet_step_window_without_a_step_reads_the_timestep() -> None:
+    # The documented fallback: nothing tells the step, so the timestep is read back (one sync per call).
+    unet = build_unet("diffusers_sd1")
+    tome_core.apply_patch(unet, step_end=0.5)
+    counts = _ops(unet, make_inputs(2, 16, 16))
+    tome_core.remove_patch(unet)
+    assert counts.syncs == 1, counts.sync_names()
+
+
+@pytest.mark.parametrize("fields", [{}, {"merge_crossattn": True, "merge_mlp": True, "share_plan": True}])
+def test_ops_do_not_grow_with_the_batch(fields: dict) -> None:
+    unet = build_unet("diffusers_sd1")
+    added = {}
+    for batch in (1, 2, 8):
+        inputs = make_inputs(batch, 16, 16)
+        base = _ops(unet, inputs)
+        tome_core.apply_patch(unet, **fields)
+        forward(unet, inputs)
+        added[batch] = (_ops(unet, inputs) - base).total
+        tome_core.remove_patch(unet)
+    assert added[1] == added[2] == added[8] > 0, added
+
+
+@pytest.fixture
+def tomesd():
+    return pytest.importorskip("tomesd", reason="tomesd 0.1.3 is in requirements-nodeps.txt")
+
+
+def _per_block(counts, blocks: int) -> float:
+    return counts.launching / blocks
+
+
+def test_at_most_tomesds_launching_ops_per_merged_block(tomesd) -> None:
+    # tomesd's defaults (self-attention, level 1) against ours with the same targets, both at batch 2.
+    unet = build_unet("diffusers_sd1")
+    inputs = make_inputs(2, 32, 32)
+    base = _ops(unet, inputs)
+
+    tome_core.apply_patch(unet, ratio=0.5, max_downsample=1)
+    forward(unet, inputs)
+    tome_core.reset_stats(unet)
+    ours = _ops(unet, inputs) - base
+    merged_blocks = tome_core.stats(unet).applied
+    tome_core.remove_patch(unet)
+
+    torch.manual_seed(0)
+    tomesd.apply_patch(unet, ratio=0.5, max_downsample=1)
+    theirs = _ops(unet, inputs) - base
+    tomesd.remove_patch(unet)
+
+    assert merged_blocks == 3
+    assert ours.syncs == 0
+    assert _per_block(ours, merged_blocks) <= _per_block(theirs, merged_blocks), (ours.names, theirs.names)
+    assert ours.total <= theirs.total  # views included
+
+
+def test_one_plan_per_stack_matches_once_per_stack() -> None:
+    # The SDXL-like model has stacks of 1 and 2 blocks at level 2 and of 2 and 3 blocks at level 4 (see
+    # tiny_models): matching (one argsort per plan) runs once per stack instead of once per block.
+    unet = build_unet("diffusers_sdxl")
+    inputs = make_inputs(2, 16, 16)
+    sorts = {}
+    for share in (False, True):
+        tome_core.apply_patch(unet, share_plan=share, merge_mlp=True)
+        forward(unet, inputs)
+        tome_core.reset_stats(unet)
+        counts = _ops(unet, inputs)
+        sorts[share] = counts.names["argsort"] + counts.names["sort"]
+        applied = tome_core.stats(unet).applied
+        tome_core.remove_patch(unet)
+        assert applied == 11
+    stacks = sum(1 for m in unet.modules() if hasattr(m, "transformer_blocks"))
+    assert sorts == {False: 11, True: stacks} and stacks < 11
+
+
+def test_shared_plan_changes_the_output_less_than_it_saves() -> None:
+    # Sharing is a different approximation, not a no-op: later blocks merge with the first block's plan.
+    unet = build_unet("diffusers_sdxl")
+    inputs = make_inputs(2, 16, 16)
+    reference = forward_unet(unet, inputs)
+    outs = {}
+    for share in (False, True):
+        tome_core.apply_patch(unet, share_plan=share)
+        outs[share] = forward_unet(unet, inputs)
+        tome_core.remove_patch(unet)
+    assert not torch.equal(outs[True], outs[False])
+    assert not torch.equal(outs[True], reference)
+
+
+def test_mlp_ratio_merges_the_feed_forward_at_its_own_ratio() -> None:
+    unet = build_unet("diffusers_sd1")
+    block = next(m for m in unet.modules() if type(m).__name__ == "BasicTransformerBlock")
+    seen: dict[str, int] = {}
+
+    def record(name: str):
+        def hook(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            seen[name] = x.shape[1]
+
+        return hook
+
+    tome_core.apply_patch(unet, ratio=0.5, merge_mlp=True, mlp_ratio=0.25, max_downsample=1)
+    handles = [block.attn1.register_forward_pre_hook(record("attn1"), with_kwargs=True)]
+    handles.append(block.ff.register_forward_pre_hook(record("ff"), with_kwargs=True))
+    forward_unet(unet, make_inputs(2, 16, 16))
+    for handle in handles:
+        handle.remove()
+    tome_core.remove_patch(unet)
+    assert seen == {"attn1": 256 - 128, "ff": 256 - 64}
+
+
+def test_mlp_ratio_zero_leaves_the_feed_forward_whole() -> None:
+    config = tome_core.TomeConfig(merge_attn=False, merge_mlp=True, mlp_ratio=0.0)
+    assert config.is_noop
+    assert not tome_core.TomeConfig(merge_attn=False, merge_mlp=True, mlp_ratio=0.1, ratio=0.0).is_noop
+
+
+def test_each_step_picks_one_of_the_grids_random_partitions() -> None:
+    layout = grid_layout(16, 16, 2, 2)
+    table = random_partitions(layout, seed=5)
+    assert torch.equal(table.dst_tok, random_partitions(layout, seed=5).dst_tok)
+    assert not torch.equal(table.dst_tok, random_partitions(layout, seed=6).dst_tok)
+    assert len({tuple(row.tolist()) for row in table.dst_tok}) == table.count == PARTITIONS_PER_GRID
+    # Timesteps 1000 apart in the key (integer timesteps) still reach every partition.
+    picked = {tuple(table.pick(torch.tensor([t * 1000])).dst_tok.tolist()) for t in range(0, 1000, 20)}
+    assert len(picked) == table.count
+    part = table.pick(torch.tensor([321000]))
+    assert torch.equal(part.dst_tok, table.pick(torch.tensor([321000])).dst_tok)
+    assert torch.equal(part.dst_number[part.dst_tok], torch.arange(layout.num_dst))
