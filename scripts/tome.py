@@ -5,7 +5,8 @@ at top level because A1111 puts the extension root on `sys.path` only while this
 as `scripts.Script`: importing the name would register the base class as a script too.
 
 API: `alwayson_scripts: {"tome": {"args": [...]}}`, in the order `tome_webui.ARG_NAMES` documents, or
-`{"args": [{"ratio": 0.5, ...}]}` (see `tome_webui.params`). Invalid args get HTTP 422 (`tome_webui.api`).
+`{"args": [{"preset": "fast"}]}` / `{"args": [{"ratio": 0.5, ...}]}` (see `tome_webui.params`). Invalid args get
+HTTP 422 (`tome_webui.api`).
 """
 
 from __future__ import annotations

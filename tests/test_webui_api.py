@@ -6,10 +6,13 @@ import json
 from typing import Any
 
 import pytest
+import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
+from webui_stub.harness import tome_args
 
 from tome_webui import api
+from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, resolve
 
 
 def make_app() -> tuple[FastAPI, list[Any]]:
@@ -49,7 +52,13 @@ def post(client: TestClient, tome: Any, path: str = "/sdapi/v1/txt2img", key: st
         ({"args": [True, 5]}, "ToMe (alwayson_scripts['tome']): ratio (args[1]) must be a number in [0, 0.95], got 5"),
         ({"args": [True, 0.5, "auto", "two"]}, "sx (args[3]) must be an integer in [1, 8], got 'two'"),
         ({"args": [{"ratio": 5}]}, "ratio must be a number in [0, 0.95], got 5"),
-        ({"args": [{"colour": "red"}]}, "unknown field(s) 'colour'; allowed: enabled, ratio"),
+        ({"args": [{"colour": "red"}]}, "unknown field(s) 'colour'; allowed: enabled, preset, ratio"),
+        (
+            {"args": [{"preset": "turbo"}]},
+            "preset must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'",
+        ),
+        ({"args": [{"hires": {"preset": "slow"}}]}, "hires.preset must be one of 'quality', 'balanced'"),
+        ({"args": [{"hires": {"preset": "fast", "ratio": 0.5}}]}, "hires takes either a 'preset' or its own settings"),
         ({"args": [{"ratio": 0.5}, True]}, "must hold the dict alone"),
         ({"args": {"ratio": 0.5}}, "args must be a list, got dict"),
         ([True, 0.5], 'must be an object like {"args": [...]}, got list'),
@@ -65,6 +74,43 @@ def test_invalid_args_get_422_naming_the_field(client: tuple[TestClient, list[An
     assert seen == []  # never reached generation
 
 
+def test_a_bad_preset_in_the_positional_form_names_its_index_in_each_tab(client: tuple[TestClient, list[Any]]) -> None:
+    http, seen = client
+    allowed = "must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'"
+    txt2img = [*tome_args(True)[:21], "turbo"]
+    response = post(http, {"args": txt2img})
+    assert response.status_code == 422 and f"preset (args[21]) {allowed}" in response.json()["detail"]
+    img2img = [*tome_args(True, img2img=True)[:16], "turbo"]
+    response = post(http, {"args": img2img}, "/sdapi/v1/img2img")
+    assert response.status_code == 422 and f"preset (args[16]) {allowed}" in response.json()["detail"]
+    response = post(http, {"args": [*tome_args(True)[:22], "turbo"]})
+    assert response.status_code == 422 and f"hr_preset (args[22]) {allowed}" in response.json()["detail"]
+    # img2img's positions are its own: index 14 is mlp_ratio there, hr_mode in txt2img
+    response = post(http, {"args": [*tome_args(True, img2img=True)[:14], "same"]}, "/sdapi/v1/img2img")
+    assert response.status_code == 422 and "mlp_ratio (args[14]) must be a number" in response.json()["detail"]
+    assert seen == []
+
+
+def test_positional_args_without_presets_are_completed_with_custom(client: tuple[TestClient, list[Any]]) -> None:
+    """The WebUI fills missing args with the UI defaults (a preset): an old client's list gets "custom" instead."""
+    http, seen = client
+    for path, img2img in (("/sdapi/v1/txt2img", False), ("/sdapi/v1/img2img", True)):
+        assert post(http, {"args": [True, 0.3, "auto", 2, 2]}, path).status_code == 200
+        body = json.loads(seen.pop())
+        args = body["alwayson_scripts"]["tome"]["args"]
+        names = IMG2IMG_ARG_NAMES if img2img else ARG_NAMES
+        assert len(args) == len(names)
+        assert dict(zip(names, args)) == {**dict(zip(names, tome_args(True, img2img=img2img))), "ratio": 0.3} | {
+            name: "custom" for name in ("preset", "hr_preset") if name in names
+        }
+        assert body["prompt"] == "a cat"  # the rest of the request is kept
+        assert resolve(args, is_img2img=img2img) == resolve([True, 0.3], is_img2img=img2img)
+    # A list that reaches `preset` but stops before `hr_preset`: only that one is filled.
+    given = [*tome_args(True)[:21], "fast"]
+    assert post(http, {"args": given}).status_code == 200
+    assert json.loads(seen.pop())["alwayson_scripts"]["tome"]["args"] == [*given, "custom"]
+
+
 def test_key_is_matched_case_insensitively(client: tuple[TestClient, list[Any]]) -> None:
     http, _ = client
     response = post(http, {"args": [True, 5]}, key="ToMe")
@@ -74,8 +120,15 @@ def test_key_is_matched_case_insensitively(client: tuple[TestClient, list[Any]])
 @pytest.mark.parametrize(
     "body",
     [
-        {"prompt": "a cat", "alwayson_scripts": {"tome": {"args": [True, 0.5, "auto", 2, 2]}}},
         {"prompt": "a cat", "alwayson_scripts": {"tome": {"args": [{"ratio": 0.6, "hires": {"ratio": 0.3}}]}}},
+        {
+            "prompt": "a cat",
+            "alwayson_scripts": {"tome": {"args": [{"preset": "fast", "hires": {"preset": "Fastest"}}]}},
+        },
+        {
+            "prompt": "a cat",
+            "alwayson_scripts": {"tome": {"args": [*tome_args(True)[:21], "fast", "custom"]}},
+        },
         {"prompt": "a cat", "alwayson_scripts": {"tome": {}}},
         {"prompt": "a cat", "alwayson_scripts": {"other script": {"args": [5]}}},
         {"prompt": "a cat"},

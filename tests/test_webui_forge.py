@@ -16,14 +16,14 @@ import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
 from modules import errors, sd_models, shared
 from webui_stub import forge
-from webui_stub.harness import tome_args
+from webui_stub.harness import custom_args, tome_args
 
 import tome_core
 from tome_core import TomeConfig
 from tome_webui import hosts
 
 FIRST = TomeConfig(ratio=0.5)
-OWN = {"hr_mode": "own", "hr_ratio": 0.3, "hr_sx": 4, "hr_sy": 4, "hr_max_downsample": "2"}
+OWN = {"hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.3, "hr_sx": 4, "hr_sy": 4, "hr_max_downsample": "2"}
 NOTE = "ToMe note"
 
 
@@ -114,7 +114,7 @@ def test_hires_pass_gets_its_config_after_the_discarded_hook_call(
     engine: forge.Engine, hires: dict[str, Any], expected: list[TomeConfig | None]
 ) -> None:
     webui = forge.ForgeWebUI(engine, lazy=False)
-    p, processed = webui.run(tome=tome_args(True, **hires), enable_hr=True, n_iter=2, steps=2)
+    p, processed = webui.run(tome=custom_args(**hires), enable_hr=True, n_iter=2, steps=2)
     seen = {(r.iteration, r.pass_name): r.config for r in p.sampler.records}
     assert seen == {
         (0, "first"): expected[0],
@@ -163,7 +163,7 @@ def test_attention_replaced_by_another_extension_is_noted(
     p0, _ = alone.run(sampler=forge.ForgeSampler(other_extension=replace_all_attn1), n_iter=2)
     webui = forge.ForgeWebUI(engine, lazy=False)
     with caplog.at_level(logging.WARNING, logger="tome"):
-        p, processed = webui.run(tome=tome_args(True, mode=mode), sampler=sampler, n_iter=2)
+        p, processed = webui.run(tome=custom_args(mode=mode), sampler=sampler, n_iter=2)
     note = f"{verb} 0 of 4 blocks (attention replaced by another extension)"
     assert processed.extra_generation_params[NOTE] == note
     assert all(f"ToMe note: {note}" in text for text in processed.infotexts)
@@ -194,9 +194,9 @@ def test_attn1_patch_of_another_extension_still_merges(engine: forge.Engine, mod
     alone = forge.ForgeWebUI(engine, extension=False, lazy=False)
     p0, _ = alone.run(sampler=forge.ForgeSampler(other_extension=pass_through_attn1_patch))
     webui = forge.ForgeWebUI(engine, lazy=False)
-    plain, _ = webui.run(tome=tome_args(True, mode=mode))
+    plain, _ = webui.run(tome=custom_args(mode=mode))
     p, processed = webui.run(
-        tome=tome_args(True, mode=mode), sampler=forge.ForgeSampler(other_extension=pass_through_attn1_patch)
+        tome=custom_args(mode=mode), sampler=forge.ForgeSampler(other_extension=pass_through_attn1_patch)
     )
     assert NOTE not in processed.extra_generation_params
     assert not torch.equal(p0.sampler.outputs()[-1], p.sampler.outputs()[-1])
@@ -232,7 +232,7 @@ def test_sdxl_merges_with_auto_levels_and_notes_level_1() -> None:
     _p, processed = webui.run(tome=tome_args(True))
     assert NOTE not in processed.extra_generation_params
     assert tome_core.describe(engine.forge_objects.unet.model.diffusion_model, 64, 64, FIRST)[0].merging == 2
-    _, processed = webui.run(tome=tome_args(True, max_downsample="1"))
+    _, processed = webui.run(tome=custom_args(max_downsample="1"))
     assert processed.extra_generation_params[NOTE] == (
         "merged in 0 of 0 blocks (no transformer block at the selected downsampling levels 1; this model has them "
         "at 2, 4: try max downsample auto)"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
 import re
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import gradio as gr
 import pytest
@@ -23,9 +27,22 @@ from webui_stub.harness import (
     ui_paste,
 )
 
-from tome_core import field_specs
+from tome_core import FAMILIES, TomeConfig, field_specs, get_preset, presets
 from tome_webui import infotext
-from tome_webui.params import ARG_NAMES, HIRES_FIELDS, IMG2IMG_ARG_NAMES, TomeJob, defaults, resolve, ui_value
+from tome_webui.params import (
+    ARG_NAMES,
+    FIELD_NAMES,
+    HIRES_FIELDS,
+    IMG2IMG_ARG_NAMES,
+    PRESET_CHOICES,
+    TomeJob,
+    defaults,
+    resolve,
+    ui_value,
+)
+
+#: The module (the package's `presets` is the function of the same name).
+tome_presets = importlib.import_module("tome_core.presets")
 
 # gradio 3.41 builds its app with FastAPI's deprecated on_event; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:(?s).*on_event is deprecated:DeprecationWarning")
@@ -46,9 +63,11 @@ def runners() -> Iterator[dict[str, scripts.ScriptRunner]]:
     reset()
 
 
-def infotext_of(job: TomeJob, *, hires: bool = True, extra: dict[str, Any] | None = None) -> str:
+def infotext_of(job: TomeJob, family: str = "sd", *, hires: bool = True, extra: dict[str, Any] | None = None) -> str:
+    """The infotext of a job that ran on a model of `family`."""
     p = processing.StableDiffusionProcessingTxt2Img(enable_hr=hires)
-    p.extra_generation_params = {**(extra or {}), **infotext.entries(job, with_hires=hires)}
+    ran = infotext.entries(job, with_hires=hires, families={False: family, True: family})
+    p.extra_generation_params = {**(extra or {}), **ran}
     return processing.create_infotext(p, 0)
 
 
@@ -56,6 +75,27 @@ def args_from(values: list[Any], names: tuple[str, ...] = ARG_NAMES) -> list[Any
     """Script args after a paste: a pasted value, else the control's default (UNCHANGED/None leave it)."""
     start = [ui_value(name, defaults()[name]) for name in names]
     return [s if v is UNCHANGED or v is None else v for s, v in zip(start, values, strict=True)]
+
+
+@contextlib.contextmanager
+def tuned_presets(tuned: bool) -> Iterator[None]:
+    """With `tuned`, every preset gets a hires variant that differs from its first pass (the shipped table may not
+    have one yet), so that the paths for a hires pass with other values run too."""
+    if not tuned:
+        yield
+        return
+    hires = {"sd": {"ratio": 0.7, "sy": 4}, "sdxl": {"ratio": 0.75, "sx": 4}}
+    table = tuple(dataclasses.replace(preset, hires=hires) for preset in presets())
+    with mock.patch.object(tome_presets, "_PRESETS", table):
+        yield
+
+
+def same_passes(a: TomeJob | None, b: TomeJob | None, family: str, *, hires: bool = True) -> None:
+    """Both jobs run the same configs on a model of `family`."""
+    assert a is not None and b is not None
+    assert a.pass_config(False, family) == b.pass_config(False, family)
+    if hires:
+        assert a.pass_config(True, family) == b.pass_config(True, family)
 
 
 # ---------------------------------------------------------------------------------------------- the table
@@ -72,12 +112,17 @@ def test_key_table() -> None:
     assert infotext.KEYS["max_downsample"] == "ToMe max downsample"
     assert infotext.KEYS["sx"] == "ToMe stride x" and infotext.KEYS["hr_sx"] == "ToMe hires stride x"
     assert infotext.KEYS["hr_mode"] == "ToMe hires"
+    assert infotext.KEYS["preset"] == "ToMe preset" and infotext.KEYS["hr_preset"] == "ToMe hires preset"
+    assert infotext.KEYS["mlp_ratio"] == "ToMe MLP ratio" and infotext.KEYS["merge_mlp"] == "ToMe merge MLP"
+    assert infotext.KEYS["share_plan"] == "ToMe one plan per stack"
+    assert infotext.HIRES_KEYS["mlp_ratio"] == "ToMe hires MLP ratio"
     for spec in field_specs():  # derived from the labels
         assert infotext.KEYS[spec.name].lower() == "tome " + re.sub(r"[^a-z0-9]+", " ", spec.label.lower()).strip()
+        assert infotext.HIRES_KEYS[spec.name] == infotext.KEYS[spec.name].replace("ToMe ", "ToMe hires ", 1)
 
 
 def test_what_is_written() -> None:
-    job = resolve([{"ratio": 0.5, "merge_mlp": True, "hires": {"ratio": 0.25}}])
+    job = resolve([{"ratio": 0.5, "merge_mlp": True, "mlp_ratio": 0.25, "hires": {"ratio": 0.25}}])
     assert job is not None
     assert infotext.entries(job, with_hires=True) == {
         "ToMe ratio": "0.5",
@@ -86,6 +131,7 @@ def test_what_is_written() -> None:
         "ToMe stride y": "2",
         "ToMe merge MLP": "True",
         "ToMe mode": "merge",
+        "ToMe MLP ratio": "0.25",
         "ToMe hires": "own",
         "ToMe hires ratio": "0.25",
         "ToMe hires max downsample": "auto",
@@ -93,6 +139,60 @@ def test_what_is_written() -> None:
         "ToMe hires stride y": "2",
     }
     assert "ToMe hires" not in infotext.entries(job, with_hires=False)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_preset_records_its_name_and_the_values_that_ran(family: str) -> None:
+    job = resolve([{"preset": "fast", "hires": {"preset": "fastest"}}])
+    assert job is not None
+    # Before a pass has run, the model (and so the values) are not known: only the settings.
+    assert infotext.entries(job, with_hires=True) == {
+        "ToMe preset": "fast",
+        "ToMe hires": "own",
+        "ToMe hires preset": "fastest",
+    }
+    written = infotext.entries(job, with_hires=True, families={False: family, True: family})
+    first, hires = get_preset("fast").config(family), get_preset("fastest").config(family, hires=True)
+    assert written["ToMe preset"] == "fast" and written["ToMe hires preset"] == "fastest"
+    assert written["ToMe ratio"] == repr(first.ratio)
+    assert written["ToMe max downsample"] == str(first.max_downsample)
+    assert written.get("ToMe one plan per stack") == ("True" if first.share_plan else None)
+    assert written.get("ToMe MLP ratio") == (None if first.mlp_ratio is None else repr(first.mlp_ratio))
+    assert written["ToMe hires ratio"] == repr(hires.ratio)  # own mode: always
+    for name in FIELD_NAMES:  # other hires values only where they differ from the first pass
+        if name not in HIRES_FIELDS:
+            differs = getattr(hires, name) != getattr(first, name)
+            assert (infotext.HIRES_KEYS[name] in written) == differs, name
+    for value in written.values():
+        assert not RE_IMAGESIZE.match(value)
+
+
+def test_values_laid_over_a_preset_are_recorded_as_custom() -> None:
+    job = resolve([{"preset": "fast", "ratio": 0.3}])
+    assert job is not None
+    written = infotext.entries(job, with_hires=True, families={False: "sdxl", True: "sdxl"})
+    assert "ToMe preset" not in written
+    assert written["ToMe ratio"] == "0.3" and written["ToMe hires"] == "same"
+    assert written["ToMe merge MLP"] == str(get_preset("fast").config("sdxl").merge_mlp)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_hires_variant_that_differs_is_recorded(family: str) -> None:
+    with tuned_presets(True):
+        job = resolve([{"preset": "balanced"}])
+        assert job is not None
+        written = infotext.entries(job, with_hires=True, families={False: family, True: family})
+        first, hires = job.pass_config(False, family), job.pass_config(True, family)
+        assert first is not None and hires is not None and first != hires
+        assert written["ToMe preset"] == "balanced" and written["ToMe hires"] == "same"
+        assert written["ToMe hires ratio"] == repr(hires.ratio)
+        assert ("ToMe hires stride x" in written) == (hires.sx != first.sx)
+        # laid over: the "same" pass differs from what custom "same" would run, so it is recorded as own
+        job = resolve([{"preset": "balanced", "ratio": 0.3}])
+        assert job is not None
+        written = infotext.entries(job, with_hires=True, families={False: family, True: family})
+        assert written["ToMe hires"] == "own" and "ToMe hires preset" not in written
+        assert written["ToMe hires ratio"] == "0.3"  # the value laid over wins in both passes
 
 
 # ---------------------------------------------------------------------------------------------- round trips
@@ -103,20 +203,28 @@ fractions = st.floats(0.0, 1.0, allow_nan=False)
 
 @st.composite
 def jobs(draw: st.DrawFn) -> TomeJob:
+    """Any job of the dict form: custom settings, or a preset with or without values laid over it."""
     values: dict[str, Any] = {}
     for spec in field_specs():
         if spec.kind is bool:
             values[spec.name] = draw(st.booleans())
         elif spec.choices is not None:
             values[spec.name] = draw(st.sampled_from(spec.choices))
-        elif spec.name == "ratio":
-            values[spec.name] = draw(ratios)
+        elif spec.kind is float and spec.name not in ("step_start", "step_end"):
+            values[spec.name] = draw((st.none() if spec.optional else st.nothing()) | ratios)
         elif spec.optional:
             values[spec.name] = draw(st.none() | st.integers(0, 2**32 - 1))
         elif spec.kind is int:
             values[spec.name] = draw(st.integers(int(spec.minimum or 0), int(spec.maximum or 8)))
     start, end = sorted(draw(st.lists(fractions, min_size=2, max_size=2, unique=True)))
     values.update(step_start=start, step_end=end)
+    preset = draw(st.sampled_from(PRESET_CHOICES))
+    if preset != "custom":
+        kept = draw(st.sets(st.sampled_from([*FIELD_NAMES, "step_window"]), max_size=3))
+        values = {
+            name: value for name, value in values.items() if (name if "step" not in name else "step_window") in kept
+        }
+        values["preset"] = preset
     hires = draw(
         st.sampled_from(["same", "off"])
         | st.fixed_dictionaries(
@@ -128,35 +236,47 @@ def jobs(draw: st.DrawFn) -> TomeJob:
                 "max_downsample": st.sampled_from(["auto", 1, 2, 4, 8]),
             },
         )
+        | st.fixed_dictionaries({"preset": st.sampled_from(PRESET_CHOICES)})
     )
     job = resolve([{**values, "hires": hires}])
     assert job is not None
     return job
 
 
-@given(job=jobs())
-def test_ui_paste_restores_every_control(runners: dict[str, scripts.ScriptRunner], job: TomeJob) -> None:
-    text = infotext_of(job, extra={"Hires upscale": 2, "Size": "512x768"})
-    for regex in (None, RE_PARAM_16):
-        params = parse_generation_parameters(text) if regex is None else parse_generation_parameters(text, regex)
-        values = ui_paste(runners["txt2img"].infotext_fields, params)
-        assert UNCHANGED not in values  # every control is set
-        assert resolve(values) == job
-        assert resolve(args_from(ui_paste(runners["img2img"].infotext_fields, params), IMG2IMG_ARG_NAMES)) == (
-            TomeJob(first=job.first, hires_mode="same", hires=job.first)
-        )
-    for value in params.values():
-        assert not RE_IMAGESIZE.match(str(value)) or str(value) == "512x768"
+@pytest.mark.parametrize("tuned", [False, True])
+@given(job=jobs(), family=st.sampled_from(FAMILIES))
+def test_ui_paste_reproduces_what_ran(
+    runners: dict[str, scripts.ScriptRunner], tuned: bool, job: TomeJob, family: str
+) -> None:
+    with tuned_presets(tuned):
+        text = infotext_of(job, family, extra={"Hires upscale": 2, "Size": "512x768"})
+        for regex in (None, RE_PARAM_16):
+            params = parse_generation_parameters(text) if regex is None else parse_generation_parameters(text, regex)
+            values = ui_paste(runners["txt2img"].infotext_fields, params)
+            assert UNCHANGED not in values  # every control is set
+            same_passes(resolve(values), job, family)
+            img2img = args_from(ui_paste(runners["img2img"].infotext_fields, params), IMG2IMG_ARG_NAMES)
+            same_passes(resolve(img2img, is_img2img=True), job, family, hires=False)
+            # Switching to Custom keeps exactly what the first pass ran.
+            named = dict(zip(ARG_NAMES, values, strict=True))
+            custom = resolve([{**named, "preset": "custom"}[name] for name in ARG_NAMES])
+            assert custom is not None and custom.pass_config(False) == job.pass_config(False, family)
+        for value in params.values():
+            assert not RE_IMAGESIZE.match(str(value)) or str(value) == "512x768"
 
 
-@given(job=jobs())
-def test_api_infotext_field_restores_typed_values(runners: dict[str, scripts.ScriptRunner], job: TomeJob) -> None:
-    params = parse_generation_parameters(infotext_of(job))
-    values = api_infotext(runners["txt2img"].infotext_fields, params)
-    assert None not in values
-    for value, component in zip(values, runners["txt2img"].inputs[1:], strict=True):
-        assert type(value) is type(component.value)
-    assert resolve(values) == job
+@pytest.mark.parametrize("tuned", [False, True])
+@given(job=jobs(), family=st.sampled_from(FAMILIES))
+def test_api_infotext_field_restores_typed_values(
+    runners: dict[str, scripts.ScriptRunner], tuned: bool, job: TomeJob, family: str
+) -> None:
+    with tuned_presets(tuned):
+        params = parse_generation_parameters(infotext_of(job, family))
+        values = api_infotext(runners["txt2img"].infotext_fields, params)
+        assert None not in values
+        for value, component in zip(values, runners["txt2img"].inputs[1:], strict=True):
+            assert type(value) is type(component.value)
+        same_passes(resolve(values), job, family)
 
 
 def test_an_image_without_tome_turns_it_off(runners: dict[str, scripts.ScriptRunner]) -> None:
@@ -170,14 +290,43 @@ def test_an_image_without_tome_turns_it_off(runners: dict[str, scripts.ScriptRun
         assert resolve(args_from(ui_paste(fields, params))) is None
 
 
+def test_an_image_from_before_presets_pastes_as_custom(runners: dict[str, scripts.ScriptRunner]) -> None:
+    old = (
+        "a cat\nSteps: 20, Seed: 1, Size: 512x512, ToMe ratio: 0.6, ToMe max downsample: auto, ToMe stride x: 2,"
+        " ToMe stride y: 2, ToMe mode: merge, ToMe hires: own, ToMe hires ratio: 0.7, ToMe hires max downsample: 2,"
+        " ToMe hires stride x: 2, ToMe hires stride y: 2"
+    )
+    values = dict(zip(ARG_NAMES, ui_paste(runners["txt2img"].infotext_fields, parse_generation_parameters(old))))
+    assert values["enabled"] is True and values["preset"] == "custom" and values["hr_preset"] == "custom"
+    job = resolve(list(values.values()))
+    assert job is not None and job.pass_config(False) == TomeConfig(ratio=0.6)
+    assert job.pass_config(True) == TomeConfig(ratio=0.7, max_downsample=2)
+
+
+def test_a_preset_image_pastes_with_its_preset(runners: dict[str, scripts.ScriptRunner]) -> None:
+    params = parse_generation_parameters(
+        "x\nSteps: 20, Seed: 1, ToMe preset: fast, ToMe ratio: 0.5, ToMe max downsample: 2, ToMe hires: same"
+    )
+    values = dict(zip(ARG_NAMES, api_infotext(runners["txt2img"].infotext_fields, params), strict=True))
+    assert values["preset"] == "fast" and values["hr_mode"] == "same"
+    assert values["hr_preset"] == "fast"  # switching to "Own settings" keeps what "same" ran
+    assert values["ratio"] == 0.5 and values["max_downsample"] == "2" and values["hr_max_downsample"] == "2"
+    # a preset key alone (the model never ran) still marks ToMe as on
+    only = parse_generation_parameters("x\nSteps: 20, Seed: 1, ToMe preset: Fastest")
+    values = dict(zip(ARG_NAMES, api_infotext(runners["txt2img"].infotext_fields, only), strict=True))
+    assert values["enabled"] is True and values["preset"] == "fastest"
+
+
 def test_false_values_stay_false_and_bad_values_are_skipped(runners: dict[str, scripts.ScriptRunner]) -> None:
     params = parse_generation_parameters(
-        "x\nSteps: 20, Seed: 1, ToMe ratio: 0.5, ToMe random partitions: False, ToMe stride x: two, ToMe hires: off"
+        "x\nSteps: 20, Seed: 1, ToMe ratio: 0.5, ToMe random partitions: False, ToMe stride x: two, ToMe hires: off,"
+        " ToMe preset: warp"
     )
     fields = runners["txt2img"].infotext_fields
     values = dict(zip(ARG_NAMES, api_infotext(fields, params), strict=True))
     assert values["enabled"] is True and values["use_rand"] is False
     assert values["sx"] is None  # unreadable: the control is left as it is, no error reaches the WebUI
+    assert values["preset"] is None
     assert values["hr_mode"] == "off"
 
 
@@ -185,6 +334,7 @@ def test_send_to_img2img_matches_the_controls_of_both_tabs(runners: dict[str, sc
     """Like connect_paste_params_buttons: entries of both tabs are matched by name, in order."""
     names = runners["txt2img"].paste_field_names
     assert names == runners["img2img"].paste_field_names
+    assert "ToMe preset" in names
     sources = [c for c, name in runners["txt2img"].infotext_fields if name in names]
     targets = [c for c, name in runners["img2img"].infotext_fields if name in names]
     assert [c.label for c in sources] == [c.label for c in targets]
@@ -192,10 +342,10 @@ def test_send_to_img2img_matches_the_controls_of_both_tabs(runners: dict[str, sc
     assert all(type(s.value) is type(t.value) for s, t in zip(sources, targets, strict=True))
 
 
-def test_hires_keys_only_in_own_mode() -> None:
+def test_hires_values_only_when_they_differ_or_in_own_mode() -> None:
     for hires in ("same", "off"):
         job = resolve([{"hires": hires}])
         assert job is not None
         written = infotext.entries(job, with_hires=True)
         assert written["ToMe hires"] == hires
-        assert not any(infotext.KEYS[f"hr_{name}"] in written for name in HIRES_FIELDS)
+        assert not any(key in written for key in infotext.HIRES_KEYS.values())

@@ -15,7 +15,16 @@ import pytest
 import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
 from modules import errors, processing, scripts, sd_models, shared
-from webui_stub.harness import VERSIONS, FakeSampler, WebUI, install_xyz_module, run_xyz_cells, tome_args, webui_model
+from webui_stub.harness import (
+    VERSIONS,
+    FakeSampler,
+    WebUI,
+    custom_args,
+    install_xyz_module,
+    run_xyz_cells,
+    tome_args,
+    webui_model,
+)
 
 import tome_core
 import tome_webui
@@ -24,7 +33,7 @@ from tome_webui import infotext, lifecycle
 
 FIRST = TomeConfig(ratio=0.5)
 HIRES = TomeConfig(ratio=0.3, sx=4, sy=4, max_downsample=2)
-OWN = {"hr_mode": "own", "hr_ratio": 0.3, "hr_sx": 4, "hr_sy": 4, "hr_max_downsample": "2"}
+OWN = {"hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.3, "hr_sx": 4, "hr_sy": 4, "hr_max_downsample": "2"}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +120,7 @@ def test_disabled_ignores_invalid_other_args(models: dict[str, torch.nn.Module])
 def test_txt2img_without_hires(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
     sampler = FakeSampler(webui, run_unet=version == "1.10")  # one real forward through the patched UNet
-    p, processed = webui.txt2img(tome_args(True, ratio=0.5), sampler=sampler)
+    p, processed = webui.txt2img(custom_args(ratio=0.5), sampler=sampler)
     assert p.sampler.passes() == [("first", 0, "main", FIRST)]
     assert all(r.hooks > 0 for r in p.sampler.records)
     extra = json.loads(processed.js())["extra_generation_params"]
@@ -133,7 +142,7 @@ def test_txt2img_hires_batch_count_2(version: str, case: str, models: dict[str, 
     """Batch 2's first pass runs with the first-pass settings again, after batch 1's hires pass."""
     values, first, hires, mode = HIRES_CASES[case]
     webui = make(version, models)
-    p, processed = webui.txt2img(tome_args(True, **{"ratio": 0.5, **values}), enable_hr=True, n_iter=2)
+    p, processed = webui.txt2img(custom_args(**{"ratio": 0.5, **values}), enable_hr=True, n_iter=2)
     expected = [("first", 0, "main", first), ("hires", 0, "main", hires)]
     expected += [("first", 1, "main", first), ("hires", 1, "main", hires)]
     assert p.sampler.passes() == expected
@@ -148,7 +157,7 @@ def test_txt2img_hires_batch_count_2(version: str, case: str, models: dict[str, 
 def test_img2img(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
     sampler = FakeSampler(webui)
-    p, processed = webui.img2img(tome_args(True, img2img=True, ratio=0.5, sx=1, sy=2), n_iter=2, sampler=sampler)
+    p, processed = webui.img2img(custom_args(img2img=True, ratio=0.5, sx=1, sy=2), n_iter=2, sampler=sampler)
     config = TomeConfig(ratio=0.5, sx=1, sy=2)
     assert p.sampler.passes() == [("img2img", 0, "main", config), ("img2img", 1, "main", config)]
     assert "ToMe hires" not in processed.infotexts[0] and "ToMe stride x: 1" in processed.infotexts[0]
@@ -158,7 +167,7 @@ def test_img2img(version: str, models: dict[str, torch.nn.Module]) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_gallery_upscale_runs_only_the_hires_pass(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
-    p, _ = webui.txt2img(tome_args(True, ratio=0.5, **OWN), enable_hr=True, firstpass_image=object())
+    p, _ = webui.txt2img(custom_args(ratio=0.5, **OWN), enable_hr=True, firstpass_image=object())
     assert p.sampler.passes() == [("hires", 0, "main", HIRES)]
     assert_clean(webui)
 
@@ -166,7 +175,7 @@ def test_gallery_upscale_runs_only_the_hires_pass(version: str, models: dict[str
 @pytest.mark.parametrize("version", VERSIONS)
 def test_hires_checkpoint_swaps_the_model(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
-    p, _ = webui.txt2img(tome_args(True, ratio=0.5, **OWN), enable_hr=True, n_iter=2, hr_checkpoint=models["hires"])
+    p, _ = webui.txt2img(custom_args(ratio=0.5, **OWN), enable_hr=True, n_iter=2, hr_checkpoint=models["hires"])
     assert p.sampler.passes() == [
         ("first", 0, "main", FIRST),
         ("hires", 0, "hires", HIRES),
@@ -182,7 +191,7 @@ def test_hires_checkpoint_swaps_the_model(version: str, models: dict[str, torch.
 def test_refiner_swapped_in_mid_sampling_gets_the_pass_config(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
     sampler = FakeSampler(webui, refiner=models["refiner"], refiner_switch_at=1)
-    webui.txt2img(tome_args(True, ratio=0.5), steps=3, sampler=sampler)
+    webui.txt2img(custom_args(ratio=0.5), steps=3, sampler=sampler)
     assert [(r.model, r.config) for r in sampler.records] == [
         ("main", FIRST),
         ("refiner", FIRST),
@@ -195,7 +204,7 @@ def test_refiner_on_16_is_left_unpatched(models: dict[str, torch.nn.Module]) -> 
     """v1.6/1.7 give on_cfg_denoiser no way to reach p: the refiner runs unmerged, and nothing leaks."""
     webui = make("1.6", models)
     sampler = FakeSampler(webui, refiner=models["refiner"], refiner_switch_at=1)
-    webui.txt2img(tome_args(True, ratio=0.5), steps=3, sampler=sampler)
+    webui.txt2img(custom_args(ratio=0.5), steps=3, sampler=sampler)
     assert [(r.model, r.config) for r in sampler.records] == [("main", FIRST), ("refiner", None), ("refiner", None)]
     assert_clean(webui)
 
@@ -203,7 +212,7 @@ def test_refiner_on_16_is_left_unpatched(models: dict[str, torch.nn.Module]) -> 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_step_window_gets_the_sampler_step(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
-    p, _ = webui.txt2img(tome_args(True, ratio=0.5, step_end=0.5), steps=3, enable_hr=True)
+    p, _ = webui.txt2img(custom_args(ratio=0.5, step_end=0.5), steps=3, enable_hr=True)
     assert [(r.pass_name, r.core_step) for r in p.sampler.records] == [
         ("first", (0, 3)),
         ("first", (1, 3)),
@@ -224,7 +233,7 @@ def test_exception_mid_generation_is_healed_by_the_next_generation(
     webui = make(version, models)
     failing = FakeSampler(webui, fail_at=("hires", 0))
     with pytest.raises(RuntimeError, match="sampler failed"):
-        webui.txt2img(tome_args(True, ratio=0.5, **OWN), enable_hr=True, sampler=failing)
+        webui.txt2img(custom_args(ratio=0.5, **OWN), enable_hr=True, sampler=failing)
     assert webui.patched()["main"]  # postprocess never ran
 
     p, _ = webui.txt2img(tome_args(False))  # ToMe off: the stale patch is gone before sampling
@@ -233,8 +242,8 @@ def test_exception_mid_generation_is_healed_by_the_next_generation(
 
     failing = FakeSampler(webui, fail_at=("img2img", 1))
     with pytest.raises(RuntimeError):
-        webui.img2img(tome_args(True, img2img=True, ratio=0.7), sampler=failing)
-    p, _ = webui.txt2img(tome_args(True, ratio=0.5))  # the other tab's instance heals it too
+        webui.img2img(custom_args(img2img=True, ratio=0.7), sampler=failing)
+    p, _ = webui.txt2img(custom_args(ratio=0.5))  # the other tab's instance heals it too
     assert p.sampler.passes() == [("first", 0, "main", FIRST)]
     assert_clean(webui)
 
@@ -380,13 +389,13 @@ def test_xyz_cells_get_their_own_values_and_share_nothing(models: dict[str, torc
     assert not hasattr(p, "tome_xyz")
 
     sampler = FakeSampler(webui)
-    p = webui.make_p("txt2img", tome_args(True, ratio=0.4), enable_hr=True, sampler=sampler)
+    p = webui.make_p("txt2img", custom_args(ratio=0.4), enable_hr=True, sampler=sampler)
     results = run_xyz_cells(p, xyz, {"[ToMe] Enabled": ["True", "False"]})
     assert [bool(r.extra_generation_params) for r in results] == [True, False]
     assert [r.config.ratio if r.config else None for r in sampler.records] == [0.4] * 5 + [None] * 5
 
     sampler = FakeSampler(webui)
-    p = webui.make_p("txt2img", tome_args(True, ratio=0.4), enable_hr=True, sampler=sampler)
+    p = webui.make_p("txt2img", custom_args(ratio=0.4), enable_hr=True, sampler=sampler)
     run_xyz_cells(p, xyz, {"[ToMe] Hires ratio": ["0.1"]})
     assert sampler.passes() == [
         ("first", 0, "main", TomeConfig(ratio=0.4)),
@@ -475,7 +484,7 @@ def test_attention_replaced_in_the_hires_pass_is_noted_per_pass(
 
 def test_step_window_that_excludes_every_step_is_noted(models: dict[str, torch.nn.Module]) -> None:
     webui = make("1.10", models)
-    _, processed = webui.txt2img(tome_args(True, step_start=0.9), sampler=FakeSampler(webui, run_unet=True))
+    _, processed = webui.txt2img(custom_args(step_start=0.9), sampler=FakeSampler(webui, run_unet=True))
     assert processed.extra_generation_params["ToMe note"] == (
         "merged in 0 of 3 blocks (the step window excluded every step)"
     )

@@ -1,4 +1,4 @@
-"""The script's args (the API contract): positional order, the dict form, short lists, and clear errors."""
+"""The script's args (the API contract): positional order, the dict form, presets, short lists, and clear errors."""
 
 from __future__ import annotations
 
@@ -6,11 +6,19 @@ from typing import Any
 
 import pytest
 
-from tome_core import TomeConfig, field_specs
+from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
 from tome_webui import params
-from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, TomeArgsError, TomeJob, resolve, validate_request_args
+from tome_webui.params import (
+    ARG_NAMES,
+    IMG2IMG_ARG_NAMES,
+    TomeArgsError,
+    TomeJob,
+    pad_positional,
+    resolve,
+    validate_request_args,
+)
 
-#: The documented positional order. Changing it breaks API callers: update README/docs with it.
+#: The documented positional order. Positions never move (API callers depend on them): only append.
 DOCUMENTED_ORDER = (
     "enabled",
     "ratio",
@@ -31,33 +39,60 @@ DOCUMENTED_ORDER = (
     "hr_max_downsample",
     "hr_sx",
     "hr_sy",
+    "mlp_ratio",
+    "share_plan",
+    "preset",
+    "hr_preset",
 )
+DOCUMENTED_IMG2IMG_ORDER = (*DOCUMENTED_ORDER[:14], "mlp_ratio", "share_plan", "preset")
 
-
-#: Valid first-pass args (img2img's full list), to put a bad hires value after.
+#: Valid first-pass args (the first 14 of both tabs), to put a bad hires value after.
 VALID = [True, 0.5, "auto", 2, 2, True, True, False, False, -1, "merge", "local", 0, 1]
+#: The rest of a full txt2img list: hires same, then mlp_ratio, share_plan, preset, hr_preset.
+TAIL = ["same", 0.5, "auto", 2, 2, -1, False]
+
+
+def full(*, preset: str = "custom", hr_preset: str = "custom", **values: Any) -> list[Any]:
+    """A full txt2img list as the UI sends it, custom by default."""
+    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset], strict=True))
+    named.update(values)
+    return [named[name] for name in ARG_NAMES]
+
+
+def fast(family: str, *, hires: bool = False) -> TomeConfig:
+    return get_preset("fast").config(family, hires=hires)
 
 
 def test_positional_order_is_the_documented_one() -> None:
     assert ARG_NAMES == DOCUMENTED_ORDER
-    assert ARG_NAMES[1 : 1 + len(field_specs())] == tuple(s.name for s in field_specs())
-    assert DOCUMENTED_ORDER[: DOCUMENTED_ORDER.index("hr_mode")] == IMG2IMG_ARG_NAMES
-    assert params.__doc__ is not None and ", ".join(DOCUMENTED_ORDER[:5]) in " ".join(params.__doc__.split())
+    assert IMG2IMG_ARG_NAMES == DOCUMENTED_IMG2IMG_ORDER
+    assert set(ARG_NAMES) >= {s.name for s in field_specs()}
+    doc = " ".join((params.__doc__ or "").split())
+    groups = [(0, 1), (1, 14), (14, 19), (19, 23)]
+    table = " ".join(
+        f"{start if end == start + 1 else f'{start}-{end - 1}'} {', '.join(DOCUMENTED_ORDER[start:end])}"
+        for start, end in groups
+    )
+    assert table in doc
+    assert "0 enabled, 1-13 the same fields, 14-16 mlp_ratio, share_plan, preset" in doc
 
 
 def test_defaults_are_off_and_the_config_defaults() -> None:
     assert resolve([]) is None
-    assert resolve([True]) == TomeJob(first=TomeConfig(), hires_mode="same", hires=TomeConfig())
+    assert resolve([True]) == TomeJob(first=TomeConfig())  # a short list means custom
     values = params.defaults()
     assert values["enabled"] is False and values["hr_mode"] == "same"
+    assert values["preset"] == values["hr_preset"] == DEFAULT_PRESET  # what the UI starts at
     assert all(values[s.name] == s.default for s in field_specs())
+    assert (*(p.name for p in presets()), "custom") == params.PRESET_CHOICES
 
 
 def test_positional_values_as_the_ui_and_json_send_them() -> None:
-    ui = [True, 0.6, "2", 3, 1, False, True, True, False, 1234, "merge", "global", 0.1, 0.9, "own", 0.4, "auto", 2, 2]
+    ui = [True, 0.6, "2", 3, 1, False, True, True, False, 1234, "merge", "global", 0.1, 0.9]
+    ui += ["own", 0.4, "auto", 2, 2, 0.3, True, "custom", "custom"]
     job = resolve(ui)
     assert job is not None
-    assert job.first == TomeConfig(
+    first = TomeConfig(
         ratio=0.6,
         max_downsample=2,
         sx=3,
@@ -68,41 +103,62 @@ def test_positional_values_as_the_ui_and_json_send_them() -> None:
         matching="global",
         step_start=0.1,
         step_end=0.9,
+        mlp_ratio=0.3,
+        share_plan=True,
     )
+    assert job.first == first and job.pass_config(False) == first
     assert job.hires_mode == "own"
-    assert job.hires == job.first.replace(ratio=0.4, max_downsample="auto", sx=2, sy=2)
-    # JSON-ish variants: numbers as strings, "true"/"false", labels, -1/None seed, 2.0 for ints
-    loose = [
-        "true",
-        "0.6",
-        2.0,
-        "3",
-        1.0,
-        "False",
-        "TRUE",
-        1,
-        0,
-        "1234",
-        "Merge",
-        "GLOBAL",
-        "0.1",
-        "0.9",
-        "Own settings",
-        "0.4",
-        "Auto",
-        "2",
-        2,
-    ]
+    assert job.pass_config(True) == first.replace(ratio=0.4, max_downsample="auto", sx=2, sy=2)
+    # JSON-ish variants: numbers as strings, "true"/"false", labels, -1/None for optional numbers, 2.0 for ints
+    loose = ["true", "0.6", 2.0, "3", 1.0, "False", "TRUE", 1, 0, "1234", "Merge", "GLOBAL", "0.1", "0.9"]
+    loose += ["Own settings", "0.4", "Auto", "2", 2, "0.3", "true", "Custom", "CUSTOM"]
     assert resolve(loose) == job
-    for seed in (-1, None, "-1", "none"):
-        job = resolve([True, *ui[1:9], seed])
-        assert job is not None and job.first.seed is None
+    for none in (-1, -1.0, None, "-1", "none"):
+        job = resolve([True, *ui[1:9], none, *ui[10:19], none])
+        assert job is not None and job.first.seed is None and job.first.mlp_ratio is None
 
 
-def test_short_lists_keep_the_defaults() -> None:
-    assert resolve([True, 0.3]) == TomeJob(first=TomeConfig(ratio=0.3), hires_mode="same", hires=TomeConfig(ratio=0.3))
+def test_short_lists_keep_the_defaults_and_mean_custom() -> None:
+    assert resolve([True, 0.3]) == TomeJob(first=TomeConfig(ratio=0.3))
     job = resolve([True, 0.3, *VALID[2:], "off"])
-    assert job is not None and job.hires is None and job.config_for(True) is None
+    assert job is not None and job.pass_config(True) is None and job.config_for(True) is None
+    assert resolve([True, 0.3], is_img2img=True) == TomeJob(first=TomeConfig(ratio=0.3))
+    # A list that stops before `preset` is completed like the API check does it, and keeps its meaning.
+    for img2img in (False, True):
+        padded = pad_positional([True, 0.3], is_img2img=img2img)
+        assert padded is not None and len(padded) == len(IMG2IMG_ARG_NAMES if img2img else ARG_NAMES)
+        assert resolve(padded, is_img2img=img2img) == resolve([True, 0.3], is_img2img=img2img)
+        assert pad_positional(padded, is_img2img=img2img) is None
+
+
+def test_preset_resolves_per_family_and_pass() -> None:
+    job = resolve(full(preset="fast", ratio=0.1, sx=1))  # the detailed settings are Custom's: not used
+    assert job is not None and job.preset == "fast" and job.changes == ()
+    for family in FAMILIES:
+        assert job.pass_config(False, family) == fast(family)
+        assert job.pass_config(True, family) == fast(family, hires=True)  # "same": the preset's hires variant
+        assert job.config_for(False, family) == fast(family)
+    assert job.needs_family(False) and job.needs_family(True) and job.may_merge(False)
+    with pytest.raises(ValueError, match="model family"):
+        job.pass_config(False)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hires_modes_with_presets(family: str) -> None:
+    own_preset = resolve(full(preset="quality", hr_mode="own", hr_preset="fastest"))
+    assert own_preset is not None
+    assert own_preset.pass_config(True, family) == get_preset("fastest").config(family, hires=True)
+    # own custom settings over a first-pass preset: its values for this family, with own ratio/strides/levels
+    own_custom = resolve(full(preset="fast", hr_mode="own", hr_ratio=0.7, hr_sx=4, hr_sy=4, hr_max_downsample="1"))
+    assert own_custom is not None
+    assert own_custom.pass_config(True, family) == fast(family).replace(ratio=0.7, sx=4, sy=4, max_downsample=1)
+    # a hires preset over custom first-pass settings
+    custom_first = resolve(full(ratio=0.2, hr_mode="own", hr_preset="fast"))
+    assert custom_first is not None and not custom_first.needs_family(False) and custom_first.needs_family(True)
+    assert custom_first.pass_config(False) == TomeConfig(ratio=0.2)
+    assert custom_first.pass_config(True, family) == fast(family, hires=True)
+    off = resolve(full(preset="fast", hr_mode="off", hr_preset="fast"))
+    assert off is not None and off.pass_config(True, family) is None and not off.needs_family(True)
 
 
 def test_hires_modes_and_img2img() -> None:
@@ -110,23 +166,44 @@ def test_hires_modes_and_img2img() -> None:
     assert own is not None
     assert own.config_for(False) is None  # ratio 0: only the hires pass merges
     assert own.config_for(True) == TomeConfig(ratio=0.5)
+    assert not own.may_merge(False) and own.may_merge(True)
     img2img = resolve([True, 0.4], is_img2img=True)
     assert img2img is not None and img2img.config_for(False) == img2img.config_for(True) == TomeConfig(ratio=0.4)
+    img2img = resolve([*VALID, 0.25, True, "fastest"], is_img2img=True)
+    assert img2img is not None and img2img.preset == "fastest"
+    assert img2img.config_for(False, "sdxl") == get_preset("fastest").config("sdxl")
 
 
 def test_dict_form() -> None:
     job = resolve([{"ratio": 0.6, "sx": 4, "sy": 4, "max_downsample": "auto", "merge_mlp": True}])
-    assert job == TomeJob(
-        first=TomeConfig(ratio=0.6, sx=4, sy=4, merge_mlp=True),
-        hires_mode="same",
-        hires=TomeConfig(ratio=0.6, sx=4, sy=4, merge_mlp=True),
-    )
+    config = TomeConfig(ratio=0.6, sx=4, sy=4, merge_mlp=True)
+    assert job == TomeJob(first=config)  # no "preset": custom, as before presets existed
     job = resolve([{"enabled": True, "ratio": 0.6, "sx": 4, "hires": {"ratio": 0.7}}])
-    assert job is not None and job.hires == TomeConfig(ratio=0.7, sx=4)  # missing hires keys follow the first pass
+    assert job is not None and job.pass_config(True) == TomeConfig(ratio=0.7, sx=4)  # missing keys follow
     job = resolve([{"hires": "off"}])
-    assert job is not None and job.hires is None and job.hires_mode == "off"
+    assert job is not None and job.pass_config(True) is None and job.hires_mode == "off"
     assert resolve([{"enabled": False, "ratio": 0.6}]) is None
     assert resolve([{"enabled": "false"}]) is None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dict_form_with_presets(family: str) -> None:
+    job = resolve([{"preset": "fast"}])
+    assert job is not None and job.pass_config(False, family) == fast(family)
+    assert job.pass_config(True, family) == fast(family, hires=True)
+    # fields next to a preset are laid over it (like tome_core.apply_patch(model, preset="fast", ratio=0.3))
+    job = resolve([{"preset": "Fast", "ratio": 0.3, "use_rand": False}])
+    assert job is not None and job.changes == (("ratio", 0.3), ("use_rand", False))
+    assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, use_rand=False)
+    assert job.pass_config(True, family) == fast(family, hires=True).replace(ratio=0.3, use_rand=False)
+    job = resolve([{"ratio": 0.3, "hires": {"preset": "fastest"}}])
+    assert job is not None and job.pass_config(False) == TomeConfig(ratio=0.3)
+    assert job.pass_config(True, family) == get_preset("fastest").config(family, hires=True)
+    # own hires settings over a preset: missing keys follow the preset's values for the model
+    job = resolve([{"preset": "fast", "hires": {"ratio": 0.7}}])
+    assert job is not None and job.pass_config(True, family) == fast(family).replace(ratio=0.7)
+    job = resolve([{"preset": "fast", "hires": {"preset": "custom", "ratio": 0.7}}])
+    assert job is not None and job.pass_config(True, family) == fast(family).replace(ratio=0.7)
 
 
 @pytest.mark.parametrize(
@@ -137,25 +214,46 @@ def test_dict_form() -> None:
         ([True, 0.5, "auto", 2.5], "sx (args[3]) must be an integer in [1, 8], got 2.5"),
         ([True, 0.5, 3], "max_downsample (args[2]) must be one of 'auto', 1, 2, 4, 8, got 3"),
         ([True, 0.5, "auto", 2, 2, "yes"], "use_rand (args[5]) must be true or false, got 'yes'"),
-        ([True, *[0.5, "auto", 2, 2, True, True, False, False], -2], "seed (args[9]) must be an integer in"),
+        (
+            [True, *[0.5, "auto", 2, 2, True, True, False, False], -2],
+            "seed (args[9]) must be an integer in [0, 4294967295] or None (-1 means None), got -2",
+        ),
         ([True, *[0.5, "auto", 2, 2, True, True, False, False, -1], "fast"], "mode (args[10]) must be one of 'merge'"),
         (
             [True, *[0.5, "auto", 2, 2, True, True, False, False, -1, "merge", "local", 0.6, 0.5]],
-            "step_start must be less",
+            "settings are invalid: TomeConfig.step_start must be less than step_end",
         ),
         (["on"], "enabled (args[0]) must be true or false, got 'on'"),
         ([True, float("nan")], "ratio (args[1]) must be a number in [0, 0.95]"),
         ([*VALID, "sometimes"], "hr_mode (args[14]) must be one of 'same', 'own', 'off'"),
         ([*VALID, "own", 1.5], "hr_ratio (args[15])"),
-        ([True] * 20, "args has 20 values, at most 19 allowed"),
+        ([*VALID, *TAIL[:5], 2], "mlp_ratio (args[19]) must be a number in [0, 0.95] or None (-1 means None), got 2"),
+        ([*VALID, *TAIL[:6], "yes"], "share_plan (args[20]) must be true or false"),
+        (
+            full(preset="turbo"),
+            "preset (args[21]) must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'",
+        ),
+        (full(hr_preset=""), "hr_preset (args[22]) must be one of 'quality'"),
+        ([True] * 24, "args has 24 values, at most 23 allowed"),
         ([{"ratio": 5}], "ratio must be a number in [0, 0.95], got 5"),
         ([{"sx": "two"}], "sx must be an integer in [1, 8], got 'two'"),
-        ([{"foo": 1}], "args[0] has unknown field(s) 'foo'; allowed: enabled, ratio"),
+        ([{"foo": 1}], "args[0] has unknown field(s) 'foo'; allowed: enabled, preset, ratio"),
+        ([{"preset": "turbo"}], "preset must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom'"),
+        ([{"preset": "fast", "mlp_ratio": 1}], "mlp_ratio must be a number in [0, 0.95] or None"),
+        (
+            [{"preset": "fast", "step_start": 0.5, "step_end": 0.5}],
+            "settings are invalid: TomeConfig.step_start must be less than step_end",
+        ),
         (
             [{"hires": {"ratio": 0.5, "merge_mlp": True}}],
-            "hires has unknown field(s) 'merge_mlp'; allowed: ratio, max_downsample, sx, sy",
+            "hires has unknown field(s) 'merge_mlp'; allowed: preset, ratio, max_downsample, sx, sy",
         ),
         ([{"hires": {"ratio": 2}}], "hires.ratio must be a number in [0, 0.95], got 2"),
+        ([{"hires": {"preset": "slow"}}], "hires.preset must be one of 'quality', 'balanced'"),
+        (
+            [{"hires": {"preset": "fast", "sx": 4}}],
+            "hires takes either a 'preset' or its own settings (ratio, max_downsample, sx, sy), not both",
+        ),
         ([{"hires": "own"}], "hires must be 'same', 'off' or an object"),
         ([{"hires": 3}], "hires must be 'same', 'off' or an object of hires settings, got 3"),
     ],
@@ -166,6 +264,21 @@ def test_invalid_args_name_the_field_and_the_allowed_values(args: list[Any], mes
     assert message in str(info.value)
     with pytest.raises(TomeArgsError):
         validate_request_args(args)
+
+
+def test_img2img_positions_are_its_own() -> None:
+    with pytest.raises(TomeArgsError, match=r"mlp_ratio \(args\[14\]\)"):
+        validate_request_args([*VALID, "same"], is_img2img=True)
+    with pytest.raises(TomeArgsError, match=r"preset \(args\[16\]\) must be one of"):
+        validate_request_args([*VALID, -1, False, "own"], is_img2img=True)
+    with pytest.raises(TomeArgsError, match="at most 17 allowed"):
+        validate_request_args(full(), is_img2img=True)
+    validate_request_args([*VALID, 0.5, True, "fast"], is_img2img=True)
+    # a dict's hires settings are checked in img2img too (one dict for both tabs), and unused there
+    with pytest.raises(TomeArgsError, match=r"hires\.ratio"):
+        validate_request_args([{"hires": {"ratio": 3}}], is_img2img=True)
+    job = resolve([{"ratio": 0.2, "hires": {"ratio": 0.7}}], is_img2img=True)
+    assert job is not None and job.pass_config(False) == TomeConfig(ratio=0.2)
 
 
 def test_disabled_skips_the_other_args_unless_strict() -> None:
@@ -185,12 +298,33 @@ def test_xyz_overrides() -> None:
     assert resolve(base, {"ratio": 0.3}) == resolve([True, 0.3])  # a value axis turns ToMe on
     assert resolve([True, 0.5], {"enabled": False, "ratio": 0.3}) is None
     job = resolve([True, 0.5, "auto", 4, 4], {"hr_ratio": 0.2})
-    assert job is not None and job.hires_mode == "own" and job.hires == TomeConfig(ratio=0.2, sx=4, sy=4)
+    assert job is not None and job.hires_mode == "own" and job.pass_config(True) == TomeConfig(ratio=0.2, sx=4, sy=4)
     own = [True, 0.5, "auto", 4, 4, *VALID[5:], "own", 0.6, 1, 1, 2]
     job = resolve(own, {"hr_ratio": 0.2})
-    assert job is not None and job.hires == TomeConfig(ratio=0.2, sx=1, sy=2, max_downsample=1)
+    assert job is not None and job.pass_config(True) == TomeConfig(ratio=0.2, sx=1, sy=2, max_downsample=1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_xyz_overrides_with_presets(family: str) -> None:
+    job = resolve(full(), {"preset": "fast"})
+    assert job is not None and job.pass_config(False, family) == fast(family)
+    # a value axis under a preset lays the value over the preset, in both passes ("same")
+    job = resolve(full(preset="fast", ratio=0.1), {"ratio": 0.3, "sx": 1})
+    assert job is not None and job.changes == (("ratio", 0.3), ("sx", 1))
+    assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, sx=1)
+    assert job.pass_config(True, family) == fast(family, hires=True).replace(ratio=0.3, sx=1)
+    # ... and with Custom, into the custom settings
+    job = resolve(full(ratio=0.1), {"preset": "custom", "ratio": 0.3})
+    assert job is not None and job.changes == () and job.first == TomeConfig(ratio=0.3)
+    # a hires ratio: own custom settings following the first pass's preset
+    job = resolve(full(preset="fast", hr_mode="own", hr_preset="fastest"), {"hr_ratio": 0.2})
+    assert job is not None and job.pass_config(True, family) == fast(family).replace(ratio=0.2)
+    job = resolve(full(preset="fast"), {"hr_preset": "quality"})
+    assert job is not None and job.hires_mode == "own"
+    assert job.pass_config(True, family) == get_preset("quality").config(family, hires=True)
 
 
 def test_config_for_skips_noop_passes() -> None:
-    job = TomeJob(first=TomeConfig(ratio=0.0), hires_mode="same", hires=TomeConfig(ratio=0.0))
+    job = TomeJob(first=TomeConfig(ratio=0.0))
     assert job.config_for(False) is None and job.config_for(True) is None
+    assert not job.may_merge(False) and not job.may_merge(True)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import gradio as gr
 import pytest
@@ -13,7 +17,7 @@ from modules.ui_components import InputAccordion
 from webui_stub.harness import install_xyz_module, load_extension, reset
 
 import tome_webui
-from tome_core import field_specs
+from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
 from tome_webui import ui
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, defaults, ui_value
 
@@ -80,6 +84,13 @@ def test_controls_follow_the_field_table(script_classes: list[type]) -> None:
         if isinstance(control, gr.Radio):
             assert [value for _, value in control.choices] == [str(c) for c in spec.choices or ()]
     assert components["hr_mode"].choices == [("Same as first pass", "same"), ("Own settings", "own"), ("Off", "off")]
+    choices = [("Quality", "quality"), ("Balanced", "balanced"), ("Fast", "fast"), ("Fastest", "fastest")]
+    assert [(p.label, p.name) for p in presets()] == choices
+    for name in ("preset", "hr_preset"):
+        assert components[name].choices == [*choices, ("Custom", "custom")]
+        assert components[name].value == DEFAULT_PRESET
+    assert (components["preset"].label, components["hr_preset"].label) == ("Speed", "Hires speed")
+    assert components["mlp_ratio"].label == "MLP ratio (-1: default)" and components["mlp_ratio"].value == -1.0
     assert components["hr_ratio"].label == "Hires ratio"
     labels = [c.label for c in components.values()]
     assert len(set(labels)) == len(labels)  # ui-config.json keys are built from labels
@@ -94,14 +105,126 @@ def test_elem_items_documented() -> None:
     assert ui.elem_id("txt2img", "hr_mode") == "script_txt2img_tome_hr_mode"
 
 
-def test_cap_note_and_hires_visibility() -> None:
-    assert "tome-capped" not in ui.cap_note(0.5, 2, 2)
-    note = ui.cap_note(0.9, 2, 2, "own", 0.9, 4, 4)
-    assert "tome-capped" in note and "cap the ratio at 0.75" in note and "Hires pass: merging 0.90" in note
-    assert "Hires pass: no merging" in ui.cap_note(0.5, 2, 2, "off", 0.5, 2, 2)
-    assert "invalid settings" in ui.cap_note(0.5, "two", 2)
+def note(is_img2img: bool = False, **values: Any) -> str:
+    return ui.note_html({"preset": "custom", **values}, is_img2img=is_img2img)
+
+
+def test_cap_note_for_custom_settings() -> None:
+    assert "tome-capped" not in note(ratio=0.5, sx=2, sy=2)
+    text = note(ratio=0.9, sx=2, sy=2, hr_mode="own", hr_preset="custom", hr_ratio=0.9, hr_sx=4, hr_sy=4)
+    assert "tome-capped" in text and "cap the ratio at 0.75" in text and "Hires pass: merging 0.90" in text
+    assert "Hires pass: no merging" in note(hr_mode="off")
+    assert "Hires pass" not in note(hr_mode="same") and "Hires pass" not in note(True, ratio=0.3)
+    assert "invalid settings: sx must be an integer in [1, 8], got &#x27;two&#x27;" in note(sx="two")
+    # kv mode pools keys/values over the strides' cells: the ratio is not what it does
+    kv = note(mode="kv", ratio=0.9, sx=4, sy=2)
+    assert "pooling keys/values over 4\u00d72 cells" in kv and "0.90" not in kv and "tome-capped" not in kv
+    assert "Hires pass: pooling keys/values over 2\u00d72" in note(mode="kv", hr_mode="own", hr_preset="custom")
+    assert "no merging" in note(True, mode="kv", sx=1, sy=1)
+    assert 'data-tome-preset="custom"' in kv and "data-tome-first" not in kv
+
+
+def page_data(text: str, name: str) -> Any:
+    match = re.search(f'{name}="([^"]*)"', text)
+    return None if match is None else json.loads(html.unescape(match.group(1)))
+
+
+@pytest.mark.parametrize("name", [p.name for p in presets()])
+def test_note_for_a_preset_says_what_it_runs_per_family(name: str) -> None:
+    text = ui.note_html({"preset": name, "ratio": 0.1}, is_img2img=True)
+    configs = {family: get_preset(name).config(family) for family in FAMILIES}
+    assert (
+        f"SD1/SD2: {html.escape(ui.describe(configs['sd']))}<br>SDXL: {html.escape(ui.describe(configs['sdxl']))}"
+        in text
+    )
+    assert "0.10" not in text  # the hidden custom ratio is not what runs
+    assert page_data(text, "data-tome-first") == {
+        family: {
+            "ratio": config.ratio,
+            "sx": config.sx,
+            "sy": config.sy,
+            "maxDownsample": str(config.max_downsample),
+            "mode": config.mode,
+            "merges": config.merge_attn or (config.mode == "merge" and config.merge_crossattn),
+        }
+        for family, config in configs.items()
+    }
+    assert page_data(text, "data-tome-hires") is None
+    same = ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
+    assert page_data(same, "data-tome-hires") == page_data(same, "data-tome-first")  # no hires variant yet
+
+
+def test_note_for_the_hires_pass_with_presets() -> None:
+    own = ui.note_html({"preset": "quality", "hr_mode": "own", "hr_preset": "fastest"}, is_img2img=False)
+    for family, label in (("sd", "SD1/SD2"), ("sdxl", "SDXL")):
+        config = get_preset("fastest").config(family, hires=True)
+        assert f"Hires pass, {label}: {html.escape(ui.describe(config))}" in own
+    assert page_data(own, "data-tome-hires")["sdxl"]["ratio"] == get_preset("fastest").config("sdxl", hires=True).ratio
+    custom = ui.note_html(
+        {"preset": "fast", "hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_max_downsample": "1"},
+        is_img2img=False,
+    )
+    sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1)
+    assert f"Hires pass, SDXL: {html.escape(ui.describe(sdxl))}" in custom
+    assert "Hires pass: no merging" in ui.note_html({"preset": "fast", "hr_mode": "off"}, is_img2img=False)
+
+
+def test_describe() -> None:
+    assert (
+        ui.describe(TomeConfig())
+        == "merging 0.50 of the tokens (self-attention), strides 2\u00d72, max downsample auto"
+    )
+    assert ui.describe(TomeConfig(mode="kv", sx=4)) == "keys/values pooled over 4\u00d72 cells, max downsample auto"
+    full = TomeConfig(ratio=0.9, merge_crossattn=True, merge_mlp=True, mlp_ratio=0.4, share_plan=True, step_end=0.8)
+    assert ui.describe(full) == (
+        "merging 0.75 of the tokens (self/cross-attention, capped by the strides from 0.90), 0.40 for the MLP,"
+        " strides 2\u00d72, max downsample auto, one plan per stack, steps 0 to 0.8"
+    )
+    assert ui.describe(TomeConfig(ratio=0.0)) == "no merging"
+
+
+def test_visibility_handlers() -> None:
     assert ui.hires_visibility("own")["visible"] is True
     assert ui.hires_visibility("same")["visible"] is False
+    assert ui.custom_visibility("custom")["visible"] is True
+    assert all(ui.custom_visibility(p.name)["visible"] is False for p in presets())
+
+
+@pytest.mark.parametrize("is_img2img", [False, True])
+def test_handlers_are_wired_to_the_right_controls(script_classes: list[type], is_img2img: bool) -> None:
+    """The speed selectors show and hide the detailed settings; every control the note reads updates it."""
+    script = make_script(script_classes, is_img2img)
+    with gr.Blocks() as demo:
+        components = dict(zip(IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES, script.ui(is_img2img), strict=True))
+    by_id = {block._id: block for block in demo.blocks.values()}
+    handlers: dict[tuple[str, str], tuple[list[Any], list[Any], Any]] = {}
+    for dependency, fn in zip(demo.dependencies, demo.fns, strict=True):
+        for target in dependency["targets"]:
+            control = by_id[target[0] if isinstance(target, (list, tuple)) else target]
+            outputs = [by_id[i] for i in dependency["outputs"]]
+            inputs = [by_id[i] for i in dependency["inputs"]]
+            if fn.fn is not None and outputs:
+                handlers[(getattr(control, "elem_id", None) or "", outputs[0].elem_id)] = (inputs, outputs, fn.fn)
+    tab = "img2img" if is_img2img else "txt2img"
+
+    def handler(source: str, target: str) -> tuple[list[Any], list[Any], Any]:
+        return handlers[(ui.elem_id(tab, source), ui.elem_id(tab, target))]
+
+    inputs, _, fn = handler("preset", "custom")
+    assert inputs == [components["preset"]] and fn("custom")["visible"] and not fn("fast")["visible"]
+    if not is_img2img:
+        assert handler("hr_mode", "hr_settings")[2]("own")["visible"]
+        inputs, _, fn = handler("hr_preset", "hr_custom")
+        assert inputs == [components["hr_preset"]] and fn("custom")["visible"]
+    for name in ui.note_args(is_img2img):
+        inputs, _, fn = handler(name, "cap_note")
+        assert inputs == [components[n] for n in ui.note_args(is_img2img)]
+        values = [c.value for c in inputs]
+        assert fn(*values) == ui.note_html(dict(zip(ui.note_args(is_img2img), values)), is_img2img=is_img2img)
+    # at the defaults (a preset), the custom columns start hidden, the note describes the preset
+    assert [b.visible for b in demo.blocks.values() if getattr(b, "elem_id", None) == ui.elem_id(tab, "custom")] == [
+        False
+    ]
 
 
 def test_no_tooltip_kwarg_without_the_webui_patch() -> None:
@@ -116,6 +239,8 @@ def test_xyz_axes_registered_once(script_classes: list[type]) -> None:
     assert labels == [
         "Nothing",
         "[ToMe] Enabled",
+        "[ToMe] Preset",
+        "[ToMe] Hires preset",
         "[ToMe] Ratio",
         "[ToMe] Hires ratio",
         "[ToMe] Strides",
@@ -125,6 +250,10 @@ def test_xyz_axes_registered_once(script_classes: list[type]) -> None:
     assert hires.is_img2img is False
     (max_ds,) = [o for o in xyz.axis_options if o.label == "[ToMe] Max downsample"]
     assert max_ds.choices() == ["auto", "1", "2", "4", "8"]
+    (preset,) = [o for o in xyz.axis_options if o.label == "[ToMe] Preset"]
+    assert preset.choices() == ["quality", "balanced", "fast", "fastest", "custom"]
+    (hires_preset,) = [o for o in xyz.axis_options if o.label == "[ToMe] Hires preset"]
+    assert hires_preset.is_img2img is False and hires_preset.choices() == preset.choices()
 
     # Reload UI: new script modules, callbacks cleared, a fresh xyz_grid module
     script_callbacks.script_unloaded_callback()
@@ -132,7 +261,7 @@ def test_xyz_axes_registered_once(script_classes: list[type]) -> None:
     load_extension()
     xyz = install_xyz_module()
     script_callbacks.before_ui_callback()
-    assert sum(o.label.startswith("[ToMe]") for o in xyz.axis_options) == 5
+    assert sum(o.label.startswith("[ToMe]") for o in xyz.axis_options) == 7
 
 
 def test_no_xyz_module_is_fine(script_classes: list[type]) -> None:

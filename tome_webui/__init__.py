@@ -1,7 +1,7 @@
 """WebUI glue for sd-webui-tome: everything `scripts/tome.py` delegates to.
 
 Modules:
-    params     the script args: positional order (`ARG_NAMES`), the dict form, parsing into a `TomeJob`
+    params     the script args: positional order (`ARG_NAMES`), the dict form, speed presets, parsing into a `TomeJob`
     infotext   the infotext key table (`KEYS`), writing, and reading back into the controls
     lifecycle  applying/removing the patch per pass, the built-in token merging, the callbacks (one for every host)
     hosts      one adapter per host (A1111; Forge 2, reForge, Forge Classic): the UNet and the built-in on a model

@@ -4,13 +4,17 @@ The WebUI swallows exceptions raised in script callbacks (they are logged and ge
 itself cannot make a request fail. Instead `on_app_started` installs `TomeRequestValidator`, an ASGI middleware
 on the WebUI's FastAPI app. For `POST /sdapi/v1/txt2img` and `/sdapi/v1/img2img` it reads the JSON body, finds
 the `alwayson_scripts` entry whose key is our title in any case (`"tome"`, as the WebUI matches it), checks its
-`args` with the parser the script uses (`tome_webui.params`), and answers::
+`args` with the parser the script uses (`tome_webui.params`, with the tab's positional order), and answers::
 
     HTTP 422 {"detail": "ToMe (alwayson_scripts['tome']): ratio (args[1]) must be a number in [0, 0.95], got 5"}
 
-A valid (or unrelated) request passes through byte for byte. As a second line, if invalid args reach the script
-anyway (the middleware could not be installed, or a caller builds `p` itself), ToMe does not run and the message
-is written into the response's `info` as `extra_generation_params["ToMe error"]` (see `tome_webui.lifecycle`).
+It also keeps positional lists written before the speed presets existed meaning what they meant: the WebUI fills
+args a request leaves out with the UI defaults, where the speed selectors start at a preset, so a list that stops
+before `preset`/`hr_preset` is completed with those defaults and "custom" for the preset args
+(`tome_webui.params.pad_positional`) and passed on re-serialized. Any other valid (or unrelated) request passes
+through byte for byte. As a second line, if invalid args reach the script anyway (the middleware could not be
+installed, or a caller builds `p` itself), ToMe does not run and the message is written into the response's
+`info` as `extra_generation_params["ToMe error"]` (see `tome_webui.lifecycle`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from tome_webui.params import TITLE, TomeArgsError, validate_request_args
+from tome_webui.params import TITLE, TomeArgsError, pad_positional, validate_request_args
 
 log = logging.getLogger("tome")
 
@@ -34,34 +38,52 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def request_error(payload: Any) -> str | None:
-    """Why a txt2img/img2img request body is to be refused for its ToMe entry, or None to let it through."""
+def _entries(payload: Any) -> list[tuple[str, Any]]:
+    """The (key, entry) pairs of our script in a request body's `alwayson_scripts`."""
     if not isinstance(payload, dict):
-        return None  # FastAPI answers malformed bodies itself
+        return []  # FastAPI answers malformed bodies itself
     scripts = payload.get("alwayson_scripts")
     if not isinstance(scripts, dict):
-        return None
-    for key, entry in scripts.items():
-        if not isinstance(key, str) or key.lower() != TITLE.lower():
-            continue
+        return []
+    return [(key, entry) for key, entry in scripts.items() if isinstance(key, str) and key.lower() == TITLE.lower()]
+
+
+def request_error(payload: Any, *, is_img2img: bool = False) -> str | None:
+    """Why a txt2img (or img2img) request body is to be refused for its ToMe entry, or None to let it through."""
+    for key, entry in _entries(payload):
         where = f"{TITLE} (alwayson_scripts[{key!r}])"
         if not isinstance(entry, dict):
             return f'{where} must be an object like {{"args": [...]}}, got {type(entry).__name__}'
         if "args" not in entry:
             continue
         try:
-            validate_request_args(entry["args"])
+            validate_request_args(entry["args"], is_img2img=is_img2img)
         except TomeArgsError as exc:
             return f"{where}: {exc}"
     return None
 
 
-def _is_generation_request(scope: Scope) -> bool:
-    return (
-        scope.get("type") == "http"
-        and scope.get("method") == "POST"
-        and str(scope.get("path", "")).rstrip("/").endswith(GENERATION_PATHS)
-    )
+def padded_request(payload: Any, *, is_img2img: bool = False) -> Any:
+    """A valid request body whose positional ToMe args stop before the preset args, completed so that the missing
+    presets mean "custom" (`tome_webui.params.pad_positional`); None when the body needs no change."""
+    changed = None
+    for key, entry in _entries(payload):
+        args = entry.get("args") if isinstance(entry, dict) else None
+        if not isinstance(args, list) or not args or isinstance(args[0], dict):
+            continue
+        padded = pad_positional(args, is_img2img=is_img2img)
+        if padded is not None:
+            changed = changed or {**payload, "alwayson_scripts": dict(payload["alwayson_scripts"])}
+            changed["alwayson_scripts"][key] = {**entry, "args": padded}
+    return changed
+
+
+def _generation_path(scope: Scope) -> str | None:
+    """The generation endpoint a request goes to ("/sdapi/v1/txt2img" or "/sdapi/v1/img2img"), else None."""
+    if scope.get("type") != "http" or scope.get("method") != "POST":
+        return None
+    path = str(scope.get("path", "")).rstrip("/")
+    return next((known for known in GENERATION_PATHS if path.endswith(known)), None)
 
 
 class TomeRequestValidator:
@@ -71,9 +93,11 @@ class TomeRequestValidator:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _is_generation_request(scope):
+        path = _generation_path(scope)
+        if path is None:
             await self.app(scope, receive, send)
             return
+        is_img2img = path.endswith("img2img")
         chunks: list[bytes] = []
         while True:
             message = await receive()
@@ -88,11 +112,17 @@ class TomeRequestValidator:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None  # not JSON: FastAPI answers with its own 422
-        error = request_error(payload)
+        error = request_error(payload, is_img2img=is_img2img)
         if error is not None:
             log.warning("ToMe: refused API request: %s", error)
             await _send_json(send, 422, {"detail": error})
             return
+        padded = padded_request(payload, is_img2img=is_img2img)
+        if padded is not None:
+            body = json.dumps(padded).encode("utf-8")
+            headers = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"]
+            scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode("ascii"))]}
+            log.debug("ToMe: positional args without presets completed with preset 'custom'")
         await self.app(scope, _replay(body, None, receive), send)
 
 

@@ -1,9 +1,10 @@
 """Infotext: the one table of our keys, writing them, and reading them back into the controls.
 
-Key table (`KEYS`, derived from the `tome_core.field_specs()` labels: "ToMe " + the label in lower case,
-punctuation turned into spaces)::
+Key table (`KEYS`, derived from the `tome_core.field_specs()` labels: "ToMe " + the label with its first word in
+lower case unless an acronym, punctuation turned into spaces)::
 
-    ratio            ToMe ratio              hr_mode            ToMe hires
+    preset           ToMe preset             hr_mode            ToMe hires
+    ratio            ToMe ratio              hr_preset          ToMe hires preset
     max_downsample   ToMe max downsample     hr_ratio           ToMe hires ratio
     sx               ToMe stride x           hr_max_downsample  ToMe hires max downsample
     sy               ToMe stride y           hr_sx              ToMe hires stride x
@@ -16,17 +17,37 @@ punctuation turned into spaces)::
     matching         ToMe matching
     step_start       ToMe start at step
     step_end         ToMe end at step
+    mlp_ratio        ToMe MLP ratio
+    share_plan       ToMe one plan per stack
 
-plus `ToMe builtin: disabled` (the WebUI's own token merging would have run and was switched off for this job)
-`ToMe error: ...` (the args were invalid; ToMe did not run) and `ToMe note: ...` (ToMe merged in fewer blocks than
-its settings select, and why: e.g. `merged in 0 of 16 blocks (attention replaced by another extension)`, or the
-model has no UNet).
+`HIRES_KEYS` gives every field a hires key the same way ("ToMe hires " + label: `ToMe hires MLP ratio`, ...); the
+four of `hr_ratio` ... `hr_sy` are the ones above. Also `ToMe builtin: disabled` (the WebUI's own token merging
+would have run and was switched off for this job), `ToMe error: ...` (the args were invalid; ToMe did not run) and
+`ToMe note: ...` (ToMe merged in fewer blocks than its settings select, and why: e.g. `merged in 0 of 16 blocks
+(attention replaced by another extension)`, or the model has no UNet).
+
+What is written, for a job that ran (`entries`):
+
+* `ToMe preset` when the first pass used a preset as it is (absent: custom settings, as in images made before
+  presets existed). A preset with values laid over it (XYZ plot, dict-form fields) is recorded as custom values.
+* The values the first pass ran with, resolved for the model that ran: the non-advanced fields always
+  (`ToMe ratio` also marks that ToMe ran), the advanced ones when they differ from the default.
+* txt2img with Hires fix: `ToMe hires` (`same`, `own`, `off`), `ToMe hires preset` in own mode with a preset,
+  and the hires pass's values: in own mode always its ratio, max downsample and strides, and any other field
+  whose value differs from the first pass's. A "same" pass that custom settings could not reproduce (a preset
+  with values laid over it, whose hires variant differs) is recorded as `own` with its values.
+
+A preset resolves per model, so these values are written once a pass knows its model (`tome_webui.lifecycle`
+updates them after each batch, before its infotexts are written).
+
+Reading back (paste, and the API's `infotext` field): the preset selectors and every control; a missing
+`ToMe preset` reads as custom, a missing field as its default, a missing hires value as the first pass's. So
+an image pastes with its preset selected and the detailed controls holding exactly what ran: switching to
+Custom keeps the image's values. Hires values without an `hr_*` control (`ToMe hires MLP ratio`, ...) are a
+record only: the hires pass's preset (or "same") reproduces them.
 
 Keys hold only letters, digits and spaces (WebUI 1.6 parses keys as `[\\w ]+`), never collide with the
 built-in `Token merging ratio` keys, and values are never shaped like `2x2` (which the WebUI splits in two).
-The non-advanced fields are always written when ToMe ran (`ToMe ratio` marks that it ran); advanced fields only
-when they differ from the default; the hires keys only for a txt2img job with Hires fix, the hires settings only
-in "own" mode. A missing key reads back as its default.
 """
 
 from __future__ import annotations
@@ -37,9 +58,12 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from tome_core import TomeConfig
 from tome_webui.params import (
     ARG_NAMES,
+    CUSTOM,
     FIELD_NAMES,
+    HIRES_ARG_NAMES,
     HIRES_FIELDS,
     TomeArgsError,
     TomeJob,
@@ -55,16 +79,25 @@ PREFIX = "ToMe"
 
 
 def _key(label: str) -> str:
-    words = re.sub(r"[^A-Za-z0-9]+", " ", label).strip()
-    return words[:1].lower() + words[1:]
+    """A label as key words: punctuation to spaces, the first word in lower case unless it is an acronym."""
+    first, _, rest = re.sub(r"[^A-Za-z0-9]+", " ", label).strip().partition(" ")
+    if not (len(first) > 1 and first.isupper()):
+        first = first[:1].lower() + first[1:]
+    return f"{first} {rest}".strip()
 
 
+#: The hires key of every field: "ToMe hires " + its label.
+HIRES_KEYS: Mapping[str, str] = MappingProxyType(
+    {name: f"{PREFIX} hires {_key(spec(name).label)}" for name in FIELD_NAMES}
+)
 #: The one table: script arg name -> infotext key, for every arg but `enabled`.
 KEYS: Mapping[str, str] = MappingProxyType(
     {
         **{name: f"{PREFIX} {_key(spec(name).label)}" for name in FIELD_NAMES},
+        "preset": f"{PREFIX} preset",
         "hr_mode": f"{PREFIX} hires",
-        **{f"hr_{name}": f"{PREFIX} hires {_key(spec(name).label)}" for name in HIRES_FIELDS},
+        "hr_preset": f"{PREFIX} hires preset",
+        **{f"hr_{name}": HIRES_KEYS[name] for name in HIRES_FIELDS},
     }
 )
 BUILTIN_KEY = f"{PREFIX} builtin"
@@ -72,12 +105,14 @@ ERROR_KEY = f"{PREFIX} error"
 #: What ToMe could not do as configured (blocks that did not merge and why, a model without a UNet).
 NOTE_KEY = f"{PREFIX} note"
 #: Name of the `enabled` entry in `infotext_fields`, used only to match it between tabs for "Send to img2img";
-#: never written (whether ToMe ran is read from `ToMe ratio`).
+#: never written (whether ToMe ran is read from `ToMe ratio` or `ToMe preset`).
 ENABLED_NAME = f"{PREFIX} enabled"
+#: The keys of the settings and the values that ran (rewritten after each batch).
+VALUE_KEYS: frozenset[str] = frozenset((*KEYS.values(), *HIRES_KEYS.values()))
 #: Every key this extension writes.
-ALL_KEYS: frozenset[str] = frozenset((*KEYS.values(), BUILTIN_KEY, ERROR_KEY, NOTE_KEY))
-#: The key whose presence says "ToMe ran for this image".
-MARKER_KEY = KEYS["ratio"]
+ALL_KEYS: frozenset[str] = frozenset((*VALUE_KEYS, BUILTIN_KEY, ERROR_KEY, NOTE_KEY))
+#: The keys whose presence says "ToMe ran for this image" (the first is written whenever the model was known).
+MARKER_KEYS: tuple[str, ...] = (KEYS["ratio"], KEYS["preset"])
 
 
 def format_value(value: Any) -> str:
@@ -85,24 +120,58 @@ def format_value(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def entries(job: TomeJob, *, with_hires: bool) -> dict[str, str]:
-    """The infotext entries of a job (`with_hires`: a txt2img job with Hires fix)."""
+def _resolved(job: TomeJob, is_hr_pass: bool, family: str | None) -> TomeConfig | None:
+    """The config a pass ran with (None: off, or a preset whose model family is not known)."""
+    if job.needs_family(is_hr_pass) and family is None:
+        return None
+    return job.pass_config(is_hr_pass, family)
+
+
+def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | None = None) -> dict[str, str]:
+    """The infotext entries of a job (`with_hires`: a txt2img job with Hires fix).
+
+    `families` maps `is_hr_pass` to the model family that pass ran on; a preset's values are written only for a
+    known family (a pass that did not run takes the other pass's).
+    """
+    families = families or {}
     out: dict[str, str] = {}
-    for name in FIELD_NAMES:
-        value = getattr(job.first, name)
-        if value is not None and (not spec(name).advanced or value != spec(name).default):
-            out[KEYS[name]] = format_value(value)
-    if with_hires:
-        out[KEYS["hr_mode"]] = job.hires_mode
-        if job.hires_mode == "own" and job.hires is not None:
-            for name in HIRES_FIELDS:
-                out[KEYS[f"hr_{name}"]] = format_value(getattr(job.hires, name))
+    preset = job.preset if not job.changes else CUSTOM
+    if preset != CUSTOM:
+        out[KEYS["preset"]] = preset
+    first = _resolved(job, False, families.get(False) or families.get(True))
+    if first is not None:
+        for name in FIELD_NAMES:
+            value = getattr(first, name)
+            if value is not None and (not spec(name).advanced or value != spec(name).default):
+                out[KEYS[name]] = format_value(value)
+    if not with_hires:
+        return out
+    mode = job.hires_mode
+    hires = _resolved(job, True, families.get(True) or families.get(False))
+    if mode == "same" and preset == CUSTOM and first is not None and hires is not None and hires != first:
+        mode = "own"  # a preset's hires variant with values laid over it: own custom settings reproduce it
+    out[KEYS["hr_mode"]] = mode
+    if mode == "own" and job.hires_preset != CUSTOM and not job.hires_changes:
+        out[KEYS["hr_preset"]] = job.hires_preset
+    if hires is not None:
+        for name in FIELD_NAMES:
+            value = getattr(hires, name)
+            always = mode == "own" and name in HIRES_FIELDS
+            if value is not None and (always or first is None or value != getattr(first, name)):
+                out[HIRES_KEYS[name]] = format_value(value)
     return out
 
 
 def without_ours(params: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `extra_generation_params` without any of our keys."""
     return {key: value for key, value in params.items() if key not in ALL_KEYS}
+
+
+def update(params: dict[str, Any], fresh: Mapping[str, str]) -> None:
+    """Replace our value entries in `extra_generation_params` (in place) by `fresh`; other keys stay where they are."""
+    for key in [key for key in params if key in VALUE_KEYS and key not in fresh]:
+        del params[key]
+    params.update(fresh)
 
 
 # ---------------------------------------------------------------------------------------------- reading back
@@ -134,7 +203,7 @@ class InfotextField(str):
 
 def has_tome(params: Mapping[str, Any]) -> bool:
     """Whether parsed infotext parameters come from an image made with ToMe."""
-    return MARKER_KEY in params
+    return any(key in params for key in MARKER_KEYS)
 
 
 def read(params: Mapping[str, Any], arg_name: str) -> Any:
@@ -144,10 +213,16 @@ def read(params: Mapping[str, Any], arg_name: str) -> Any:
     key = KEYS[arg_name]
     if key in params:
         return coerce(arg_name, params[key], key)
+    if arg_name == "preset":
+        return CUSTOM  # older images, and custom settings
     if arg_name == "hr_mode":
         return "same"
-    if arg_name.startswith("hr_"):
-        return read(params, field_of(arg_name))  # not in "own" mode: the hires controls follow the first pass
+    if arg_name == "hr_preset":
+        # "own" without a hires preset is own custom settings; otherwise, if the user switches to "Own settings",
+        # the first pass's preset gives what "same" gave
+        return CUSTOM if read(params, "hr_mode") == "own" else read(params, "preset")
+    if arg_name in HIRES_ARG_NAMES:
+        return read(params, field_of(arg_name))  # no hires value: the hires controls follow the first pass
     return spec(arg_name).default
 
 
@@ -173,4 +248,4 @@ def paste_fields(components: Iterable[Any], arg_names: Iterable[str] = ARG_NAMES
 
 def send_to_names(arg_names: Iterable[str]) -> list[str]:
     """`Script.paste_field_names`: the entries "Send to img2img" copies (those both tabs have)."""
-    return [str(field(name)) for name in arg_names if name != "hr_mode" and not name.startswith("hr_")]
+    return [str(field(name)) for name in arg_names if name not in HIRES_ARG_NAMES]

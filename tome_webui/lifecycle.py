@@ -4,17 +4,21 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
 
 * `before_process`: remove stale patches (a generation that raised never ran `postprocess`); resolve the args
   (plus XYZ values from `p.tome_xyz`) into a `TomeJob` on `p.tome_run`; switch the built-in token merging off
-  for this job through `p.override_settings`; write our infotext keys. With ToMe off nothing else happens.
+  for this job through `p.override_settings`; write our infotext keys (a preset's values are not known yet).
+  With ToMe off nothing else happens.
 * each sampling pass, with `p.sd_model` resolved afresh: v1.10+ `process_before_every_sampling` (first pass,
   hires pass by `p.is_hr_pass`, img2img); v1.6-1.9 `process_batch` (first pass of every batch) and `before_hr`
-  (hires pass). The pass's config is applied to the current model (or removed from it when that pass must not
-  merge); applying the config already on the model changes nothing.
+  (hires pass). The pass's config, resolved for the model family of the UNet that runs (`tome_core.model_family`:
+  a preset differs between SD1/SD2 and SDXL; Forge loads the model only after `before_process`, and a hires
+  checkpoint or a refiner may be another family), is applied to the current model (or removed from it when that
+  pass must not merge); applying the config already on the model changes nothing.
 * `on_cfg_denoiser`, each step: make sure the current model (a refiner may have been swapped in) carries the
   pass's config, and tell the core the sampler step for the step window. v1.6/1.7 pass no `p` there, so they
   only get the step.
-* `postprocess_batch`, after the passes of each batch and before its images' infotexts are written: compare what
-  each pass really merged with what its config selects (`tome_webui.report`) and write `ToMe note` when they
-  differ (another extension replaced the attention, a compiled UNet, a model without a UNet, ...).
+* `postprocess_batch`, after the passes of each batch and before its images' infotexts are written: write the
+  values each pass ran with (`tome_webui.infotext.entries` for the families seen), compare what each pass really
+  merged with what its config selects (`tome_webui.report`) and write `ToMe note` when they differ (another
+  extension replaced the attention, a compiled UNet, a model without a UNet, ...).
 * `postprocess`: remove every patch this script instance applied.
 * Also removed: on `on_model_loaded` (the model object may be reused for another checkpoint; the next pass hook
   re-applies) and `on_script_unloaded` (Reload UI).
@@ -53,6 +57,9 @@ class Run:
     runtime: Runtime
     owner: weakref.ReferenceType[Any]  # the `p` this run belongs to (a copy of `p` must not inherit it)
     is_img2img: bool = False
+    with_hires: bool = False  # txt2img with Hires fix: the infotext has the hires keys
+    families: dict[bool, str] = field(default_factory=dict)  # is_hr_pass -> the model family the pass resolved for
+    unet_families: dict[int, str] = field(default_factory=dict)  # id(unet) -> its family (not walked every step)
     logged: set[str] = field(default_factory=set)  # notes already logged (once per generation)
     unpatchable: set[int] = field(default_factory=set)  # ids of UNets that cannot be patched (not retried per step)
     problems: dict[str, None] = field(default_factory=dict)  # this batch's reasons ToMe could not apply, in order
@@ -81,10 +88,11 @@ class Runtime:
             log.warning("ToMe: not applied, invalid arguments: %s", exc)
             job, ours = None, {infotext.ERROR_KEY: str(exc)}
         if job is not None:
-            ours = infotext.entries(job, with_hires=not is_img2img and bool(getattr(p, "enable_hr", False)))
+            with_hires = not is_img2img and bool(getattr(p, "enable_hr", False))
+            ours = infotext.entries(job, with_hires=with_hires)
             if switch_off_builtin(p, is_img2img=is_img2img):
                 ours[infotext.BUILTIN_KEY] = "disabled"
-            p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p), is_img2img=is_img2img)
+            p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p), is_img2img=is_img2img, with_hires=with_hires)
         if ours or any(key in infotext.ALL_KEYS for key in extra):
             # XYZ plot cells share one dict: never edit it, and never keep another cell's keys.
             p.extra_generation_params = {**infotext.without_ours(extra), **ours}
@@ -109,6 +117,9 @@ class Runtime:
         if run is None:
             return
         finish_pass(run)
+        infotext.update(
+            p.extra_generation_params, infotext.entries(run.job, with_hires=run.with_hires, families=run.families)
+        )
         text = report.note(run.reports)
         lines = [*run.problems, *([text] if text else [])]
         run.problems.clear()
@@ -180,19 +191,19 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> nn.
 
     Returns the UNet that carries the pass's config, or None when this pass does not merge.
     """
-    config = run.job.config_for(is_hr_pass)
     model = p.sd_model
     host = host_of(model)
     if host.is_placeholder(model):
         return None
     unet = host.unet(model)
     if unet is None:
-        if config is not None:
+        if run.job.may_merge(is_hr_pass):
             run.problems[f"not applied: {type(model).__name__} has no UNet to patch"] = None
         return None
     if id(unet) in run.unpatchable:
         return None
     try:
+        config = run.job.config_for(is_hr_pass, family_of(run, unet, is_hr_pass=is_hr_pass))
         if config is not None and host.builtin_applied(model):
             if host.remove_builtin(model):
                 p.extra_generation_params[infotext.BUILTIN_KEY] = "disabled"
@@ -214,6 +225,20 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> nn.
         run.unpatchable.add(id(unet))
         run.problems[f"not applied: cannot patch {type(model).__name__}: {exc}"] = None
         return None
+
+
+def family_of(run: Run, unet: nn.Module, *, is_hr_pass: bool) -> str | None:
+    """The model family a pass resolves its preset for (None when it uses no preset), recorded for the infotext.
+
+    Raises TypeError for a UNet without transformer blocks (`tome_core.model_family`).
+    """
+    if not run.job.needs_family(is_hr_pass):
+        return None
+    family = run.unet_families.get(id(unet))
+    if family is None:
+        family = run.unet_families[id(unet)] = tome_core.model_family(unet)
+    run.families[is_hr_pass] = family
+    return family
 
 
 def loaded_unets() -> list[nn.Module]:

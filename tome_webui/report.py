@@ -3,6 +3,10 @@
 The core counts, per pass, the transformer blocks the config selects and those that really merged tokens (or
 pooled keys/values) at least once (`tome_core.stats`). When the two differ, `note` explains it in one line for
 the infotext and the log, e.g. ``merged in 0 of 16 blocks (attention replaced by another extension)``.
+
+The counts are those of the config the pass really ran (a preset resolved for the model), whichever modules it
+merges: a block counts as merged when any of its merged modules (self-/cross-attention, MLP) merged, and with
+one plan per stack the blocks that reuse the stack's plan count too.
 """
 
 from __future__ import annotations

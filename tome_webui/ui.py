@@ -1,66 +1,100 @@
-"""The accordion: controls built from `tome_core.field_specs()`, in the order of `tome_webui.params.ARG_NAMES`.
+"""The accordion: a speed selector, then controls built from `tome_core.field_specs()`.
 
-Element ids (for javascript/ and style.css). Every control gets `Script.elem_id(item)`, which is
+The components `ui()` returns are in `tome_webui.params.ARG_NAMES` order (the API contract); the page order is
+the one below. Element ids (for javascript/ and style.css): every item gets `Script.elem_id(item)`, which is
 `script_<tab>_tome_<item>` with <tab> `txt2img` or `img2img` (see `elem_id`). The items, `ELEM_ITEMS`:
 
     enable             the InputAccordion; the WebUI adds `<id>-checkbox` (hidden input) and, in JS,
                        `<id>-visible-checkbox` in its label
-    cap_note           HTML note under the title: the ratio actually merged, and whether the strides cap it
-                       (class `tome-capped` when they do)
+    preset             radio "Speed": Quality / Balanced / Fast / Fastest / Custom (values: the preset names
+                       of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
+    cap_note           HTML note under it, a `div.tome-cap-note` holding: for a preset, what it runs on SD1/SD2
+                       and on SDXL (`data-tome-first`, and `data-tome-hires` when the hires pass uses a preset:
+                       JSON of those configs per model family, for javascript/); for Custom, the ratio actually
+                       merged, and whether the strides cap it (class `tome-capped` when they do), or the pooling
+                       in kv mode; plus a line per Hires fix pass setting that differs from the first pass
+    custom             the column of the detailed settings, shown only for Custom, holding:
     ratio, max_downsample, sx, sy, mode
                        the main controls
     advanced           the "Advanced" accordion holding:
-    use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end
+    use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio, share_plan
     hires              txt2img only: the Hires fix pass group (container) holding:
     hr_mode            radio "Same as first pass" / "Own settings" / "Off" (values "same", "own", "off")
     hr_settings        the column shown only for "Own settings", holding:
+    hr_preset          radio "Hires speed", the same choices as `preset`
+    hr_custom          the column shown only when `hr_preset` is Custom, holding:
     hr_ratio, hr_max_downsample, hr_sx, hr_sy
 
-Help texts are the `FieldSpec.help` strings; they are passed as `tooltip=` only where the WebUI's patched gradio
-takes it (otherwise hints are left to javascript/).
+Help texts are the `FieldSpec.help` strings (and `PRESET_HELP`, `HIRES_PRESET_HELP`); they are passed as
+`tooltip=` only where the WebUI's patched gradio takes it (otherwise hints are left to javascript/).
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tome_core import TomeConfig
+from tome_core import FAMILIES, TomeConfig, presets
 from tome_webui import compat, infotext
 from tome_webui.params import (
-    ARG_NAMES,
+    CUSTOM,
     FIELD_NAMES,
-    HIRES_FIELDS,
+    HIRES_ARGS,
     HIRES_MODE_LABELS,
-    IMG2IMG_ARG_NAMES,
-    SEED_NONE,
+    OPTIONAL_NONE,
+    PRESET_CHOICES,
+    PRESET_LABELS,
     TITLE,
+    TomeArgsError,
+    TomeJob,
+    arg_names,
     coerce,
     defaults,
     field_of,
+    resolve,
     spec,
     ui_value,
 )
 
 ACCORDION_LABEL = "Token Merging (ToMe)"
 HIRES_LABEL = "Hires fix pass"
+PRESET_LABEL = "Speed"
+HIRES_PRESET_LABEL = "Hires speed"
+FAMILY_LABELS: Mapping[str, str] = {"sd": "SD1/SD2", "sdxl": "SDXL"}
+PRESET_HELP = (
+    "Speed against fidelity: each preset is a point measured on the speed/deviation frontier, resolved for the"
+    " loaded model (SD1/SD2 or SDXL) and, in its hires variant, for the Hires fix pass. "
+    + " ".join(f"{preset.label}: {preset.help}" for preset in presets())
+    + " Custom: the settings below."
+)
+HIRES_PRESET_HELP = (
+    "The Hires fix pass's own speed setting, in its hires variant for the loaded model. Custom: the ratio, max"
+    " downsample and strides below; the other settings follow the first pass."
+)
 #: Fields in the main area; the others go into "Advanced".
 MAIN_FIELDS: tuple[str, ...] = tuple(name for name in FIELD_NAMES if not spec(name).advanced)
 ADVANCED_FIELDS: tuple[str, ...] = tuple(name for name in FIELD_NAMES if spec(name).advanced)
-HIRES_ARGS: tuple[str, ...] = tuple(f"hr_{name}" for name in HIRES_FIELDS)
 #: Every `elem_id` item, in page order (see the module docstring).
 ELEM_ITEMS: tuple[str, ...] = (
     "enable",
+    "preset",
     "cap_note",
+    "custom",
     *MAIN_FIELDS,
     "advanced",
     *ADVANCED_FIELDS,
     "hires",
     "hr_mode",
     "hr_settings",
+    "hr_preset",
+    "hr_custom",
     *HIRES_ARGS,
 )
+#: The controls the note reads, per tab.
+NOTE_ARGS: tuple[str, ...] = ("preset", "ratio", "sx", "sy", "mode")
+HIRES_NOTE_ARGS: tuple[str, ...] = ("hr_mode", "hr_preset", *HIRES_ARGS)
 
 
 def elem_id(tab: str, item: str) -> str:
@@ -72,11 +106,15 @@ def label_of(arg_name: str) -> str:
     """The control's label; unique within the script, as ui-config.json keys are built from labels."""
     if arg_name == "hr_mode":
         return HIRES_LABEL
+    if arg_name == "preset":
+        return PRESET_LABEL
+    if arg_name == "hr_preset":
+        return HIRES_PRESET_LABEL
     label = spec(field_of(arg_name)).label
-    if arg_name.startswith("hr_"):
+    if arg_name in HIRES_ARGS:
         return f"Hires {label[:1].lower()}{label[1:]}"
     if spec(arg_name).optional:
-        return f"{label} ({SEED_NONE}: default)"
+        return f"{label} ({OPTIONAL_NONE}: default)"
     return label
 
 
@@ -105,9 +143,22 @@ def component(arg_name: str, element_id: str) -> Any:
     if kind == "radio":
         return gr.Radio(choices=[str(choice) for choice in s.choices or ()], value=value, **common)
     if kind == "number":
-        low = SEED_NONE if s.optional else s.minimum
+        low = OPTIONAL_NONE if s.optional else s.minimum
         return gr.Number(value=value, precision=0 if s.kind is int else None, minimum=low, maximum=s.maximum, **common)
     return gr.Slider(minimum=s.minimum, maximum=s.maximum, step=s.step, value=value, **common)
+
+
+def preset_radio(arg_name: str, element_id: str) -> Any:
+    """The speed selector of the first pass (`preset`) or of the hires pass (`hr_preset`)."""
+    import gradio as gr
+
+    return gr.Radio(
+        choices=[(PRESET_LABELS[choice], choice) for choice in PRESET_CHOICES],
+        value=defaults()[arg_name],
+        label=label_of(arg_name),
+        elem_id=element_id,
+        **compat.tooltip_kwargs(PRESET_HELP if arg_name == "preset" else HIRES_PRESET_HELP),
+    )
 
 
 def build(script: Any, is_img2img: bool) -> list[Any]:
@@ -118,35 +169,39 @@ def build(script: Any, is_img2img: bool) -> list[Any]:
     """
     import gradio as gr
 
-    arg_names = IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES
+    names = arg_names(is_img2img)
     made: dict[str, Any] = {}
 
-    def add(names: tuple[str, ...]) -> None:
-        for name in names:
+    def add(group: tuple[str, ...]) -> None:
+        for name in group:
             made[name] = component(name, script.elem_id(name))
 
-    def add_rows(names: tuple[str, ...]) -> None:
+    def add_rows(group: tuple[str, ...]) -> None:
         """Sliders, then choices and numbers, then checkboxes, each kind in a row of its own."""
-        sliders = tuple(n for n in names if widget(n) == "slider")
-        checkboxes = tuple(n for n in names if widget(n) == "checkbox")
-        others = tuple(n for n in names if n not in sliders and n not in checkboxes)
-        for group in (sliders, others, checkboxes):
-            if group:
+        sliders = tuple(n for n in group if widget(n) == "slider")
+        checkboxes = tuple(n for n in group if widget(n) == "checkbox")
+        others = tuple(n for n in group if n not in sliders and n not in checkboxes)
+        for row in (sliders, others, checkboxes):
+            if row:
                 with gr.Row():
-                    add(group)
+                    add(row)
 
+    note_names = note_args(is_img2img)
     accordion = compat.input_accordion()
     with accordion(False, label=ACCORDION_LABEL, elem_id=script.elem_id("enable")) as enabled:
         made["enabled"] = enabled
+        made["preset"] = preset_radio("preset", script.elem_id("preset"))
         note = gr.HTML(
-            value=cap_note(*(ui_value(n, defaults()[n]) for n in _note_args(is_img2img))),
+            value=note_html({n: ui_value(n, defaults()[n]) for n in note_names}, is_img2img=is_img2img),
             elem_id=script.elem_id("cap_note"),
         )
-        with gr.Row():
-            add(("ratio",))
-        add_rows(tuple(n for n in MAIN_FIELDS if n != "ratio"))
-        with gr.Accordion("Advanced", open=False, elem_id=script.elem_id("advanced")):
-            add_rows(ADVANCED_FIELDS)
+        with gr.Column(visible=defaults()["preset"] == CUSTOM, elem_id=script.elem_id("custom")) as custom:
+            with gr.Row():
+                add(("ratio",))
+            add_rows(tuple(n for n in MAIN_FIELDS if n != "ratio"))
+            with gr.Accordion("Advanced", open=False, elem_id=script.elem_id("advanced")):
+                add_rows(ADVANCED_FIELDS)
+        _on_change(made["preset"], custom_visibility, [made["preset"]], [custom])
         if not is_img2img:
             with gr.Group(elem_id=script.elem_id("hires")):
                 made["hr_mode"] = gr.Radio(
@@ -155,30 +210,29 @@ def build(script: Any, is_img2img: bool) -> list[Any]:
                     label=HIRES_LABEL,
                     elem_id=script.elem_id("hr_mode"),
                 )
-                with gr.Column(visible=False, elem_id=script.elem_id("hr_settings")) as hr_settings:
-                    with gr.Row():
-                        add(("hr_ratio",))
-                    add_rows(tuple(n for n in HIRES_ARGS if n != "hr_ratio"))
-            made["hr_mode"].change(
-                fn=hires_visibility,
-                inputs=[made["hr_mode"]],
-                outputs=[hr_settings],
-                show_progress="hidden",
-                queue=False,
-            )
-    note_inputs = [made[name] for name in _note_args(is_img2img)]
+                with gr.Column(visible=defaults()["hr_mode"] == "own", elem_id=script.elem_id("hr_settings")) as own:
+                    made["hr_preset"] = preset_radio("hr_preset", script.elem_id("hr_preset"))
+                    with gr.Column(
+                        visible=defaults()["hr_preset"] == CUSTOM, elem_id=script.elem_id("hr_custom")
+                    ) as hr_custom:
+                        with gr.Row():
+                            add(("hr_ratio",))
+                        add_rows(tuple(n for n in HIRES_ARGS if n != "hr_ratio"))
+            _on_change(made["hr_mode"], hires_visibility, [made["hr_mode"]], [own])
+            _on_change(made["hr_preset"], custom_visibility, [made["hr_preset"]], [hr_custom])
+    note_inputs = [made[name] for name in note_names]
     for control in note_inputs:
-        control.change(fn=cap_note, inputs=note_inputs, outputs=[note], show_progress="hidden", queue=False)
+        _on_change(control, note_function(is_img2img), note_inputs, [note])
 
-    components = [made[name] for name in arg_names]
-    script.infotext_fields = infotext.paste_fields(components, arg_names)
-    script.paste_field_names = infotext.send_to_names(arg_names)
+    components = [made[name] for name in names]
+    script.infotext_fields = infotext.paste_fields(components, names)
+    script.paste_field_names = infotext.send_to_names(names)
     return components
 
 
-def _note_args(is_img2img: bool) -> tuple[str, ...]:
-    first = ("ratio", "sx", "sy")
-    return first if is_img2img else (*first, "hr_mode", "hr_ratio", "hr_sx", "hr_sy")
+def _on_change(control: Any, fn: Callable[..., Any], inputs: list[Any], outputs: list[Any]) -> None:
+    """`.change` also fires for values set from Python (a pasted infotext), so visibility follows pastes."""
+    control.change(fn=fn, inputs=inputs, outputs=outputs, show_progress="hidden", queue=False)
 
 
 def hires_visibility(mode: Any) -> dict[str, Any]:
@@ -188,11 +242,70 @@ def hires_visibility(mode: Any) -> dict[str, Any]:
     return gr.update(visible=mode == "own")
 
 
-def _pass_note(prefix: str, values: Mapping[str, Any]) -> tuple[str, bool]:
-    try:
-        config = TomeConfig(**{name: coerce(name, value) for name, value in values.items()})
-    except (TypeError, ValueError) as exc:  # TomeArgsError is a ValueError
-        return f"{prefix}invalid settings: {exc}", False
+def custom_visibility(preset: Any) -> dict[str, Any]:
+    """Show the detailed settings only for Custom."""
+    import gradio as gr
+
+    return gr.update(visible=preset == CUSTOM)
+
+
+# ---------------------------------------------------------------------------------------------- the note
+
+
+def note_args(is_img2img: bool) -> tuple[str, ...]:
+    """The controls whose values the note shows, in the order `note_function` takes them."""
+    return NOTE_ARGS if is_img2img else (*NOTE_ARGS, *HIRES_NOTE_ARGS)
+
+
+def note_function(is_img2img: bool) -> Callable[..., str]:
+    """The note's change handler: the values of `note_args(is_img2img)`, positionally, to HTML."""
+    names = note_args(is_img2img)
+
+    def handler(*values: Any) -> str:
+        return note_html(dict(zip(names, values)), is_img2img=is_img2img)
+
+    return handler
+
+
+def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
+    """The job the accordion describes, from some controls' values (the others at their defaults)."""
+    named = {name: ui_value(name, value) for name, value in defaults().items()}
+    named.update({name: ui_value(name, coerce(name, value)) for name, value in values.items()})
+    named["enabled"] = True
+    job = resolve([named[name] for name in arg_names(is_img2img)], is_img2img=is_img2img)
+    assert job is not None
+    return job
+
+
+def describe(config: TomeConfig) -> str:
+    """What a config does, in a few words."""
+    if config.is_noop:
+        return "no merging"
+    if config.mode == "kv":
+        parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"]
+    else:
+        parts = []
+        kinds = [name for name, on in (("self", config.merge_attn), ("cross", config.merge_crossattn)) if on]
+        if kinds:
+            cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
+            parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
+        if config.merge_mlp:
+            parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP")
+        parts.append(f"strides {config.sx}\u00d7{config.sy}")
+    parts.append(f"max downsample {config.max_downsample}")
+    if config.share_plan:
+        parts.append("one plan per stack")
+    if (config.step_start, config.step_end) != (0.0, 1.0):
+        parts.append(f"steps {config.step_start:g} to {config.step_end:g}")
+    return ", ".join(parts)
+
+
+def _custom_line(prefix: str, config: TomeConfig) -> tuple[str, bool]:
+    """The cap note of custom settings: the ratio actually merged, or the keys/values pooling in kv mode."""
+    if config.mode == "kv":
+        if config.sx * config.sy == 1:
+            return f"{prefix}strides 1\u00d71 pool nothing: no merging", False
+        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells (the ratio is unused)", False
     if config.is_capped:
         text = (
             f"{prefix}strides {config.sx}\u00d7{config.sy} cap the ratio at {config.max_ratio:.2f}:"
@@ -202,18 +315,55 @@ def _pass_note(prefix: str, values: Mapping[str, Any]) -> tuple[str, bool]:
     return f"{prefix}merging {config.effective_ratio:.2f} of the tokens", False
 
 
-def cap_note(ratio: Any, sx: Any, sy: Any, *hires: Any) -> str:
-    """HTML for the note: the ratio each pass merges, flagged when the strides cap it.
+def _page_config(config: TomeConfig) -> dict[str, Any]:
+    """A config as javascript/tome.js's token hint reads it."""
+    targets = (config.merge_attn,) if config.mode == "kv" else (config.merge_attn, config.merge_crossattn)
+    return {
+        "ratio": config.ratio,
+        "sx": config.sx,
+        "sy": config.sy,
+        "maxDownsample": str(config.max_downsample),
+        "mode": config.mode,
+        "merges": any(targets),
+    }
 
-    `hires` is (hr_mode, hr_ratio, hr_sx, hr_sy) in txt2img.
-    """
-    lines = [_pass_note("", {"ratio": ratio, "sx": sx, "sy": sy})]
-    if hires:
-        mode, hr_ratio, hr_sx, hr_sy = hires
-        if mode == "own":
-            lines.append(_pass_note("Hires pass: ", {"ratio": hr_ratio, "sx": hr_sx, "sy": hr_sy}))
-        elif mode == "off":
-            lines.append(("Hires pass: no merging", False))
+
+def note_html(values: Mapping[str, Any], *, is_img2img: bool) -> str:
+    """HTML for the note under the speed selector (see the module docstring), from the `note_args` values."""
+    try:
+        job = note_job(values, is_img2img=is_img2img)
+    except TomeArgsError as exc:
+        return _html([(f"invalid settings: {exc}", False)], {})
+    data: dict[str, str] = {"data-tome-preset": job.preset}
+    lines: list[tuple[str, bool]] = []
+    if job.needs_family(False):
+        configs = {family: job.pass_config(False, family) for family in FAMILIES}
+        lines += [(f"{FAMILY_LABELS[f]}: {describe(c)}", c.is_capped) for f, c in configs.items() if c is not None]
+        data["data-tome-first"] = json.dumps({f: _page_config(c) for f, c in configs.items() if c is not None})
+    else:
+        lines.append(_custom_line("", job.first))
+    if not is_img2img:
+        lines += _hires_lines(job, data)
+    return _html(lines, data)
+
+
+def _hires_lines(job: TomeJob, data: dict[str, str]) -> list[tuple[str, bool]]:
+    if job.hires_mode == "off":
+        return [("Hires pass: no merging", False)]
+    if not job.needs_family(True):
+        hires = job.pass_config(True)
+        return [_custom_line("Hires pass: ", hires)] if job.hires_mode == "own" and hires is not None else []
+    configs = {family: job.pass_config(True, family) for family in FAMILIES}
+    data["data-tome-hires"] = json.dumps({f: _page_config(c) for f, c in configs.items() if c is not None})
+    if job.hires_mode == "same" and all(c == job.pass_config(False, f) for f, c in configs.items()):
+        return []
+    return [
+        (f"Hires pass, {FAMILY_LABELS[f]}: {describe(c)}", c.is_capped) for f, c in configs.items() if c is not None
+    ]
+
+
+def _html(lines: Sequence[tuple[str, bool]], data: Mapping[str, str]) -> str:
     capped = any(flag for _, flag in lines)
+    attrs = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in data.items())
     body = "<br>".join(html.escape(text) for text, _ in lines)
-    return f'<div class="tome-cap-note{" tome-capped" if capped else ""}">{body}</div>'
+    return f'<div class="tome-cap-note{" tome-capped" if capped else ""}"{attrs}>{body}</div>'

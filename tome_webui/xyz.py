@@ -1,11 +1,20 @@
-"""XYZ plot axes: "[ToMe] Enabled", "[ToMe] Ratio", "[ToMe] Hires ratio", "[ToMe] Strides", "[ToMe] Max downsample".
+"""XYZ plot axes: "[ToMe] Enabled", "[ToMe] Preset", "[ToMe] Hires preset", "[ToMe] Ratio", "[ToMe] Hires ratio",
+"[ToMe] Strides", "[ToMe] Max downsample".
 
 Registered from `on_before_ui` (which runs again on every Reload UI; existing "[ToMe]" axes are never added
 twice). An axis's `apply` stores its value by arg name in `p.tome_xyz`, a fresh dict per plot cell; the hooks
 lay it over the UI args (`tome_webui.params.resolve`). Any value axis turns ToMe on for the plot unless an
-"[ToMe] Enabled" axis says otherwise; "[ToMe] Hires ratio" switches the hires pass to its own settings (the
-other hires settings following the first pass, unless the UI already has own settings). `confirm` checks every
-value before the plot starts, with the same messages as the API.
+"[ToMe] Enabled" axis says otherwise.
+
+* "[ToMe] Preset" picks the speed preset (or "custom") of the first pass (and of the hires pass in "same" mode);
+  "[ToMe] Hires preset" switches the hires pass to its own settings with that preset.
+* "[ToMe] Ratio", "[ToMe] Strides", "[ToMe] Max downsample" set that value: with Custom, in the custom settings;
+  with a preset, laid over the preset's values for the model that runs (the infotext then records the cell as
+  custom values, which paste back exactly).
+* "[ToMe] Hires ratio" switches the hires pass to its own custom settings (the other hires settings following
+  the first pass, unless the UI already has own custom settings).
+
+`confirm` checks every value before the plot starts, with the same messages as the API.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tome_webui import compat
-from tome_webui.params import TomeArgsError, coerce, spec
+from tome_webui.params import PRESET_CHOICES, TomeArgsError, coerce, spec
 
 log = logging.getLogger("tome")
 
@@ -47,6 +56,16 @@ def make_axes(module: Any) -> list[Any]:
             _apply("enabled"),
             confirm=_confirm("enabled"),
             choices=lambda: ["True", "False"],
+        ),
+        axis(
+            f"{PREFIX} Preset", str, _apply("preset"), confirm=_confirm("preset"), choices=lambda: list(PRESET_CHOICES)
+        ),
+        txt2img_axis(
+            f"{PREFIX} Hires preset",
+            str,
+            _apply("hr_preset"),
+            confirm=_confirm("hr_preset"),
+            choices=lambda: list(PRESET_CHOICES),
         ),
         axis(f"{PREFIX} Ratio", float, _apply("ratio"), confirm=_confirm("ratio")),
         txt2img_axis(f"{PREFIX} Hires ratio", float, _apply("hr_ratio"), confirm=_confirm("hr_ratio")),

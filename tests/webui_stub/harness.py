@@ -60,6 +60,11 @@ def tome_args(enabled: bool = True, *, img2img: bool = False, **values: Any) -> 
     return [start[name] for name in names]
 
 
+def custom_args(enabled: bool = True, *, img2img: bool = False, **values: Any) -> list[Any]:
+    """Positional script args with both speed selectors at Custom: the detailed settings run."""
+    return tome_args(enabled, img2img=img2img, **{"preset": "custom", "hr_preset": "custom", **values})
+
+
 def script_args(tab: str, tome: Sequence[Any] | Mapping[str, Any] | None) -> tuple[Any, ...]:
     """The runner's flat args, like Api.init_script_args: [selected script index] + ours (defaults, then given)."""
     names = IMG2IMG_ARG_NAMES if tab == "img2img" else ARG_NAMES
