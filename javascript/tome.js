@@ -1,4 +1,6 @@
 // sd-webui-tome: hover hints, the Hires fix pass group's visibility and a live token count for the ToMe accordion.
+// With a speed preset, the token count is shown per model family (SD1/SD2, SDXL) from the configs the Python side
+// puts on the note under the speed selector (`data-tome-first`, `data-tome-hires` on its div.tome-cap-note).
 //
 // The WebUI loads every extension's javascript/*.js as a classic script into one global scope, so everything here
 // lives in this IIFE and nothing is added to `window`. It uses only the WebUI globals gradioApp() and onUiLoaded()
@@ -22,8 +24,14 @@
 
     var TOKEN_HINT_TITLE = 'Image tokens per attention layer, before and after merging, at the size set above ' +
         '(latent = pixels / 8; level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max ' +
-        'downsample "auto" ToMe merges at 1/1 on SD1/SD2 and at 1/2 and 1/4 on SDXL; the browser cannot tell ' +
-        'which model is loaded, so both are shown.';
+        'downsample "auto" ToMe merges at 1/1 on SD1/SD2 and at 1/2 and 1/4 on SDXL; a preset has its own ' +
+        'settings per model. The browser cannot tell which model is loaded, so both are shown.';
+
+    // The levels that hold attention, per model family, and the ones max downsample "auto" picks there
+    // (tome_core's auto_levels: the first level with attention, plus deeper ones holding more transformer blocks).
+    var FAMILIES = [['sd', 'SD1/SD2'], ['sdxl', 'SDXL']];
+    var ATTENTION_LEVELS = {sd: [1, 2, 4, 8], sdxl: [2, 4]};
+    var AUTO_LEVELS = {sd: [1], sdxl: [2, 4]};
 
     function app() {
         return gradioApp();
@@ -146,6 +154,59 @@
         }), true);
     }
 
+    // One pass of a preset, per model family: "SD1/SD2: 4096 -> 2048 tokens at 1/1; SDXL: ...", each family with
+    // its own config (`configs`: family -> config, from the note).
+    function describeFamilies(width, height, configs) {
+        if (!(width > 0 && height > 0)) {
+            return '';
+        }
+        var latH = Math.floor(height / 8);
+        var latW = Math.floor(width / 8);
+        return FAMILIES.map(function(family) {
+            var cfg = configs[family[0]];
+            if (!cfg) {
+                return null;
+            }
+            var levels = cfg.maxDownsample === 'auto' ? AUTO_LEVELS[family[0]] : ATTENTION_LEVELS[family[0]].filter(
+                function(level) {
+                    return level <= parseInt(cfg.maxDownsample, 10);
+                });
+            var unit = cfg.mode === 'kv' ? ' keys/values' : ' tokens';
+            var text = levels.map(function(level, i) {
+                var t = levelTokens(latH, latW, level, cfg);
+                return t[0] + ' \u2192 ' + t[1] + (i === 0 ? unit : '') + ' at 1/' + level;
+            }).join(', ');
+            return family[1] + ': ' + (text || 'no attention at these levels');
+        }).filter(Boolean).join('; ');
+    }
+
+    // The per-family configs the note holds for a pass ('first' or 'hires'), or null when that pass uses the
+    // controls (Custom). `undefined` while the note has not caught up with the speed selectors yet.
+    function noteConfigs(tab, pass) {
+        var note = app().querySelector('#script_' + tab + '_tome_cap_note .tome-cap-note');
+        if (!note) {
+            return null;
+        }
+        // The note names the selectors it was made for: until it matches them, its configs are another choice's.
+        var selectors = tab === 'txt2img' ? ['preset', 'hr_mode', 'hr_preset'] : ['preset'];
+        var stale = selectors.some(function(item) {
+            var value = radioOf('script_' + tab + '_tome_' + item);
+            return value !== null && note.getAttribute('data-tome-' + item.replace('_', '-')) !== value;
+        });
+        if (stale) {
+            return undefined;
+        }
+        var raw = note.getAttribute('data-tome-' + pass);
+        if (!raw) {
+            return null;
+        }
+        try {
+            return JSON.parse(raw);
+        } catch (e) {
+            return undefined;
+        }
+    }
+
     // The settings a pass merges with, read from the controls; `hr` is '' (first pass) or 'hr_' (own hires).
     function readConfig(tab, hr) {
         var id = function(item) {
@@ -190,7 +251,11 @@
         var width = numberOf(tab + '_width');
         var height = numberOf(tab + '_height');
         var first = readConfig(tab, '');
-        var lines = [describe(width, height, first)];
+        var firstConfigs = noteConfigs(tab, 'first');
+        if (firstConfigs === undefined) {
+            return null; // a preset was just chosen: wait for its note
+        }
+        var lines = [firstConfigs ? describeFamilies(width, height, firstConfigs) : describe(width, height, first)];
         if (tab === 'txt2img' && hiresOn()) {
             var mode = radioOf('script_txt2img_tome_hr_mode') || 'same';
             var size = hiresSize(width, height);
@@ -198,8 +263,25 @@
             if (!(size[0] > 0 && size[1] > 0)) {
                 return lines.filter(Boolean); // no Hires fix size controls on this page
             }
+            var hiresConfigs = noteConfigs(tab, 'hires');
+            if (hiresConfigs === undefined) {
+                return null;
+            }
             if (mode === 'off') {
                 lines.push(label + 'no merging');
+            } else if (hiresConfigs) {
+                lines.push(label + describeFamilies(size[0], size[1], hiresConfigs));
+            } else if (firstConfigs) {
+                // Own custom ratio, strides and max downsample over the first pass's preset, per family (read
+                // here, not from the note: a note made for a value typed half-way may arrive last).
+                var own = readConfig(tab, 'hr_');
+                var over = {};
+                Object.keys(firstConfigs).forEach(function(family) {
+                    over[family] = Object.assign({}, firstConfigs[family], {
+                        ratio: own.ratio, sx: own.sx, sy: own.sy, maxDownsample: own.maxDownsample
+                    });
+                });
+                lines.push(label + describeFamilies(size[0], size[1], over));
             } else {
                 var cfg = mode === 'own' ? readConfig(tab, 'hr_') : first;
                 // The hires pass takes only ratio, strides and max downsample of its own; the rest is shared.
@@ -234,6 +316,9 @@
             return;
         }
         var lines = hintLines(tab);
+        if (lines === null) {
+            return; // the note is being updated: keep the last text until the next refresh
+        }
         // Write only on change: every DOM write wakes the WebUI's onUiUpdate callbacks of all extensions.
         if (hint.dataset.text !== lines.join('\n')) {
             hint.dataset.text = lines.join('\n');

@@ -1,8 +1,10 @@
 """javascript/tome.js in headless Chromium, on a gradio 3.41 page that mounts the real accordion (tests/browser/page.py).
 
 Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
-group shows only while the WebUI's Hires fix is on; the live token hint matches `tome_core.describe()` on the real
-SD1.5 and SDXL UNet architectures as width, height and the settings change, for the first pass and the hires pass.
+group shows only while the WebUI's Hires fix is on; the speed selectors show the detailed settings only for Custom;
+the live token hint matches `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as width, height
+and the settings change, for the first pass and the hires pass, with custom settings and with presets (per model
+family, from the configs the note carries).
 
 Run:  .venv/bin/python -m pytest -m browser tests/test_browser_ui.py
 Needs Debian's chromium and chromium-driver (`bash .ci/install-browser.sh`) and selenium (requirements-dev.txt).
@@ -28,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from tome_core import TomeConfig, describe
+from tome_core import DEFAULT_PRESET, TomeConfig, describe, get_preset
 from tome_core.bench import archs
 from tome_webui.params import field_of, spec
-from tome_webui.ui import ELEM_ITEMS
+from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP
 
 SELENIUM_ERROR = ""
 try:
@@ -63,7 +65,14 @@ CHROMIUM_FLAGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
 #: Elements that hold controls but are none themselves.
-CONTAINERS = frozenset({"cap_note", "advanced", "hires", "hr_settings"})
+CONTAINERS = frozenset({"cap_note", "custom", "advanced", "hires", "hr_settings", "hr_custom"})
+#: Controls that are not TomeConfig fields, and their hint texts (None: tome.js's own, at least 60 characters).
+OWN_HINTS: dict[str, str | None] = {
+    "enable": None,
+    "hr_mode": None,
+    "preset": PRESET_HELP,
+    "hr_preset": HIRES_PRESET_HELP,
+}
 WAIT_S = 15.0
 
 
@@ -236,24 +245,37 @@ def real_unet(arch: str) -> Any:
         return UNet2DConditionModel(**archs.get_arch(arch).config)
 
 
-def expected_line(width: int, height: int, **values: Any) -> str:
-    """The token hint tome.js must show: tome_core.describe() on SD1.5, and for max_downsample 'auto' on SDXL too."""
-    config = TomeConfig(**values)
+def merged(arch: str, width: int, height: int, config: TomeConfig, with_unit: bool) -> str:
+    """tome_core.describe()'s merging levels as tome.js lists them."""
     # The WebUI's latent is pixels // 8; describe() rounds up, so give it whole latent pixels.
     height, width = height // 8 * 8, width // 8 * 8
     unit = " keys/values" if config.mode == "kv" else " tokens"
+    infos = [info for info in describe(real_unet(arch), height, width, config) if info.merging]
+    return ", ".join(
+        f"{i.tokens} \u2192 {i.tokens_after}{unit if with_unit and n == 0 else ''} at 1/{i.level}"
+        for n, i in enumerate(infos)
+    )
 
-    def merged(arch: str, with_unit: bool) -> str:
-        infos = [info for info in describe(real_unet(arch), height, width, config) if info.merging]
-        return ", ".join(
-            f"{i.tokens} \u2192 {i.tokens_after}{unit if with_unit and n == 0 else ''} at 1/{i.level}"
-            for n, i in enumerate(infos)
-        )
 
-    text = merged("sd15", True)
+def expected_line(width: int, height: int, **values: Any) -> str:
+    """The token hint tome.js must show: tome_core.describe() on SD1.5, and for max_downsample 'auto' on SDXL too."""
+    config = TomeConfig(**values)
+    text = merged("sd15", width, height, config, True)
     if config.max_downsample == "auto":
-        text += f" (SDXL: {merged('sdxl', False)})"
+        text += f" (SDXL: {merged('sdxl', width, height, config, False)})"
     return text
+
+
+def expected_families(width: int, height: int, configs: dict[str, TomeConfig]) -> str:
+    """The token hint for a preset: each model family with its own config, on its real architecture."""
+    return (
+        f"SD1/SD2: {merged('sd15', width, height, configs['sd'], True)};"
+        f" SDXL: {merged('sdxl', width, height, configs['sdxl'], True)}"
+    )
+
+
+def preset_configs(name: str, *, hires: bool = False) -> dict[str, TomeConfig]:
+    return {family: get_preset(name).config(family, hires=hires) for family in ("sd", "sdxl")}
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -271,8 +293,8 @@ def test_every_control_has_a_hover_hint(page: Any, tab: str) -> None:
         title = title_of(page, css)
         if title is None:
             missing.append(css)
-        elif item in ("enable", "hr_mode"):  # not TomeConfig fields: tome.js's own texts
-            if len(title) < 60:
+        elif item in OWN_HINTS:  # not TomeConfig fields
+            if (OWN_HINTS[item] is None and len(title) < 60) or OWN_HINTS[item] not in (None, title):
                 wrong.append((item, title))
         elif title != spec(field_of(item)).help:  # single source: the FieldSpec help, through tooltip=
             wrong.append((item, title))
@@ -303,6 +325,8 @@ def test_hires_group_follows_hires_fix(page: Any) -> None:
 
 def test_token_hint_follows_size_and_settings(page: Any) -> None:
     toggle_accordion(page, ours("txt2img", "enable"), True)
+    click_radio(page, ours("txt2img", "preset"), "custom")
+    wait_for("the custom settings to show", lambda: displayed(page, ours("txt2img", "custom")), bool)
 
     def first_line_is(text: str) -> None:
         wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
@@ -331,6 +355,8 @@ def test_token_hint_follows_size_and_settings(page: Any) -> None:
     hires_line_is(f"Hires pass (1536\u00d71280): {expected_line(1536, 1280, **first)}")  # "Upscale by" 2
     click_radio(page, ours("txt2img", "hr_mode"), "own")
     wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
+    click_radio(page, ours("txt2img", "hr_preset"), "custom")
+    wait_for("the own custom hires settings to show", lambda: displayed(page, ours("txt2img", "hr_custom")), bool)
     type_number(page, ours("txt2img", "hr_ratio"), 0.3)
     hires_line_is(f"Hires pass (1536\u00d71280): {expected_line(1536, 1280, ratio=0.3)}")
     type_number(page, "txt2img_hr_resize_x", 1024)  # height follows the aspect ratio: 1024 * 640 // 768
@@ -347,6 +373,7 @@ def test_token_hint_follows_size_and_settings(page: Any) -> None:
     # img2img has its own size and settings.
     page.find_element(By.XPATH, "//*[@id='tabs']//button[normalize-space()='img2img']").click()
     toggle_accordion(page, ours("img2img", "enable"), True)
+    click_radio(page, ours("img2img", "preset"), "custom")
     type_number(page, "img2img_height", 1024)
     wait_for("the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(512, 1024)])
 
@@ -355,3 +382,52 @@ def test_token_hint_follows_size_and_settings(page: Any) -> None:
     wait_for(
         "the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(1024, 1024)]
     )
+
+
+def test_presets_show_their_figures_per_model_family(page: Any) -> None:
+    toggle_accordion(page, ours("txt2img", "enable"), True)
+    custom = ours("txt2img", "custom")
+
+    def first_line_is(text: str) -> None:
+        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+
+    def hires_line_is(text: str) -> None:
+        wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
+
+    # The default preset: the detailed settings are hidden, the note and the hint describe the preset per family.
+    assert not displayed(page, custom), "a preset is selected: the custom settings must be hidden"
+    first_line_is(expected_families(512, 512, preset_configs(DEFAULT_PRESET)))
+    note = element(page, f"#{ours('txt2img', 'cap_note')} .tome-cap-note")
+    assert "SD1/SD2: " in note.text and "SDXL: " in note.text
+    click_radio(page, ours("txt2img", "preset"), "fast")
+    first_line_is(expected_families(512, 512, preset_configs("fast")))
+    type_number(page, "txt2img_width", 768)
+    first_line_is(expected_families(768, 512, preset_configs("fast")))
+    click_radio(page, ours("txt2img", "preset"), "quality")  # kv mode on SDXL: keys/values
+    first_line_is(expected_families(768, 512, preset_configs("quality")))
+
+    click_radio(page, ours("txt2img", "preset"), "custom")
+    wait_for("the custom settings to show", lambda: displayed(page, custom), bool)
+    first_line_is(expected_line(768, 512))
+    click_radio(page, ours("txt2img", "preset"), "fastest")
+    wait_for("the custom settings to hide", lambda: displayed(page, custom), lambda shown: not shown)
+    first_line_is(expected_families(768, 512, preset_configs("fastest")))
+
+    # Hires fix: "same" runs the preset's hires variant; "own" its own preset, or own custom values over it.
+    toggle_accordion(page, "txt2img_hr", True)
+    hires_line_is(
+        f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest', hires=True))}"
+    )
+    click_radio(page, ours("txt2img", "hr_mode"), "own")
+    wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
+    assert not displayed(page, ours("txt2img", "hr_custom"))
+    hires_line_is(
+        f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET, hires=True))}"
+    )
+    click_radio(page, ours("txt2img", "hr_preset"), "custom")
+    wait_for("the own custom hires settings to show", lambda: displayed(page, ours("txt2img", "hr_custom")), bool)
+    type_number(page, ours("txt2img", "hr_ratio"), 0.3)
+    hires = {"ratio": 0.3, "max_downsample": "auto", "sx": 2, "sy": 2}  # the own custom controls
+    over = {family: config.replace(**hires) for family, config in preset_configs("fastest").items()}
+    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, over)}")
+    first_line_is(expected_families(768, 512, preset_configs("fastest")))

@@ -82,7 +82,7 @@ def test_host_adapter_finds_the_unet_and_the_placeholder(engine: forge.Engine) -
 
 def test_first_generation_loads_lazily_and_merges_without_a_note(engine: forge.Engine) -> None:
     webui = forge.ForgeWebUI(engine, lazy=True)
-    p, processed = webui.run(tome=tome_args(True))
+    p, processed = webui.run(tome=custom_args())
     assert [(r.pass_name, r.config) for r in p.sampler.records] == [("first", FIRST)] * 3
     assert processed.extra_generation_params["ToMe ratio"] == "0.5"
     assert NOTE not in processed.extra_generation_params and "ToMe error" not in processed.extra_generation_params
@@ -94,7 +94,7 @@ def test_off_is_bitwise_the_host_without_the_extension(engine: forge.Engine, tab
     alone = forge.ForgeWebUI(engine, extension=False, lazy=False)
     p0, _ = alone.run(tab)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    on, _ = webui.run(tab, tome=tome_args(True, img2img=tab == "img2img"))
+    on, _ = webui.run(tab, tome=custom_args(img2img=tab == "img2img"))
     off, processed = webui.run(tab, tome=tome_args(False, img2img=tab == "img2img"))
     assert all(torch.equal(a, b) for a, b in zip(p0.sampler.outputs(), off.sampler.outputs(), strict=True))
     assert not torch.equal(p0.sampler.outputs()[-1], on.sampler.outputs()[-1])
@@ -130,7 +130,7 @@ def test_hires_pass_gets_its_config_after_the_discarded_hook_call(
 def test_builtin_is_switched_off_while_ours_runs(engine: forge.Engine, tab: str) -> None:
     webui = forge.ForgeWebUI(engine, lazy=False)
     shared.opts.data["token_merging_ratio"] = 0.3
-    p, processed = webui.run(tab, tome=tome_args(True, img2img=tab == "img2img"))
+    p, processed = webui.run(tab, tome=custom_args(img2img=tab == "img2img"))
     assert all(r.config == FIRST and not r.builtin for r in p.sampler.records)
     assert processed.extra_generation_params["ToMe builtin"] == "disabled"
     assert shared.opts.data["token_merging_ratio"] == 0.3
@@ -144,7 +144,7 @@ def test_builtin_applied_anyway_is_taken_off_this_sampling_only(
     original = forge.apply_token_merging
     monkeypatch.setattr(forge, "apply_token_merging", lambda e, ratio: original(e, 0.4))
     webui = forge.ForgeWebUI(engine, lazy=False)
-    p, processed = webui.run(tome=tome_args(True), enable_hr=True, steps=2)
+    p, processed = webui.run(tome=custom_args(), enable_hr=True, steps=2)
     assert all(r.config is not None and not r.builtin for r in p.sampler.records)
     assert processed.extra_generation_params["ToMe builtin"] == "disabled"
     assert not forge.builtin_patched(type("E", (), {"forge_objects": engine.forge_objects_after_applying_lora})())
@@ -181,7 +181,7 @@ def test_hires_pass_note_names_the_pass(engine: forge.Engine) -> None:
 
     webui = forge.ForgeWebUI(engine, lazy=False)
     _, processed = webui.run(
-        tome=tome_args(True), sampler=forge.ForgeSampler(other_extension=replace_in_hires), enable_hr=True, steps=2
+        tome=custom_args(), sampler=forge.ForgeSampler(other_extension=replace_in_hires), enable_hr=True, steps=2
     )
     assert processed.extra_generation_params[NOTE] == (
         "hires pass: merged in 0 of 4 blocks (attention replaced by another extension)"
@@ -221,7 +221,7 @@ def test_attn1_patch_of_another_extension_still_merges(engine: forge.Engine, mod
 )
 def test_compiled_unet_that_ignores_hooks_is_noted(engine: forge.Engine, compiled: str, note: str) -> None:
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _, processed = webui.run(tome=tome_args(True), sampler=forge.ForgeSampler(compiled=compiled))
+    _, processed = webui.run(tome=custom_args(), sampler=forge.ForgeSampler(compiled=compiled))
     assert processed.extra_generation_params[NOTE] == note
     assert not patched(engine)
 
@@ -229,7 +229,7 @@ def test_compiled_unet_that_ignores_hooks_is_noted(engine: forge.Engine, compile
 def test_sdxl_merges_with_auto_levels_and_notes_level_1() -> None:
     engine = forge.Engine(forge.build_unet(forge.SDXL_DEPTHS, seed=3), is_sdxl=True)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _p, processed = webui.run(tome=tome_args(True))
+    _p, processed = webui.run(tome=custom_args())
     assert NOTE not in processed.extra_generation_params
     assert tome_core.describe(engine.forge_objects.unet.model.diffusion_model, 64, 64, FIRST)[0].merging == 2
     _, processed = webui.run(tome=custom_args(max_downsample="1"))
@@ -242,7 +242,7 @@ def test_sdxl_merges_with_auto_levels_and_notes_level_1() -> None:
 def test_model_without_a_unet_gets_a_note_not_an_error() -> None:
     engine = forge.Engine(forge.NotAUNet())
     webui = forge.ForgeWebUI(engine, lazy=True)
-    _, processed = webui.run(tome=tome_args(True))
+    _, processed = webui.run(tome=custom_args())
     assert processed.extra_generation_params[NOTE] == "not applied: Engine has no UNet to patch"
     assert errors.reported == []
 
@@ -254,7 +254,7 @@ def test_failed_generation_is_healed_by_the_next(engine: forge.Engine) -> None:
     alone = forge.ForgeWebUI(engine, extension=False, lazy=False)
     p0, _ = alone.run()
     webui = forge.ForgeWebUI(engine, lazy=False)
-    p = webui.make_p("txt2img", tome_args(True), sampler=forge.ForgeSampler(fail_at=("first", 1)))
+    p = webui.make_p("txt2img", custom_args(), sampler=forge.ForgeSampler(fail_at=("first", 1)))
     with pytest.raises(RuntimeError):
         forge.process_images(p, to_load=engine)
     assert patched(engine)  # postprocess did not run, as in the host
@@ -266,7 +266,7 @@ def test_failed_generation_is_healed_by_the_next(engine: forge.Engine) -> None:
 
 def test_checkpoint_change_leaves_the_old_unet_clean(engine: forge.Engine) -> None:
     webui = forge.ForgeWebUI(engine, lazy=False)
-    p = webui.make_p("txt2img", tome_args(True))
+    p = webui.make_p("txt2img", custom_args())
     other = forge.Engine(forge.build_unet(forge.SD1_DEPTHS, seed=5))
     original = p.sampler.sample
 
@@ -287,7 +287,7 @@ def test_unet_compiled_by_the_host_is_not_patched_and_noted() -> None:
     engine = forge.Engine(unet)
     engine.forge_objects.unet.model.diffusion_model = torch.compile(unet)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _, processed = webui.run(tome=tome_args(True), sampler=forge.ForgeSampler(compiled="wrapper"))
+    _, processed = webui.run(tome=custom_args(), sampler=forge.ForgeSampler(compiled="wrapper"))
     note = processed.extra_generation_params[NOTE]
     assert note.startswith("not applied: cannot patch Engine: OptimizedModule is compiled with torch.compile")
     assert not tome_core.is_patched(unet) and errors.reported == []

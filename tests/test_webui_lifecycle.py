@@ -263,7 +263,7 @@ def test_invalid_args_leave_tome_off_and_say_why(models: dict[str, torch.nn.Modu
 def test_model_without_a_unet_is_reported_not_raised(models: dict[str, torch.nn.Module]) -> None:
     webui = make("1.10", {**models, "odd": torch.nn.Linear(2, 2)})
     sd_models.load(webui.models["odd"], main=True)
-    _, processed = webui.txt2img(tome_args(True))
+    _, processed = webui.txt2img(custom_args())
     extra = json.loads(processed.js())["extra_generation_params"]
     assert extra["ToMe note"] == "not applied: Linear has no UNet to patch"
     assert "ToMe error" not in extra
@@ -274,7 +274,7 @@ def test_model_without_a_unet_is_reported_not_raised(models: dict[str, torch.nn.
 def test_builtin_ratio_on_p_is_switched_off_too(models: dict[str, torch.nn.Module]) -> None:
     """The WebUI reads `p.token_merging_ratio` before the settings: ours sets it to 0 for the job."""
     webui = make("1.10", models)
-    p = webui.make_p("txt2img", tome_args(True))
+    p = webui.make_p("txt2img", custom_args())
     p.token_merging_ratio = 0.4
     processed = processing.process_images(p)
     assert all(r.config == FIRST and r.builtin == 0 for r in p.sampler.records)
@@ -289,7 +289,7 @@ def test_builtin_applied_anyway_keeps_ours_off_and_says_so(
     webui = make("1.10", models)
     original = sd_models.apply_token_merging
     monkeypatch.setattr(sd_models, "apply_token_merging", lambda model, ratio: original(model, 0.4))
-    p, processed = webui.txt2img(tome_args(True))
+    p, processed = webui.txt2img(custom_args())
     assert all(r.config is None and r.builtin == 0.4 for r in p.sampler.records)
     note = processed.extra_generation_params["ToMe note"]
     assert note == "not applied: the WebUI's built-in token merging is applied to the model"
@@ -316,7 +316,7 @@ def test_builtin_is_switched_off_for_the_job_only(
     shared.opts.data[setting] = 0.3
     shared_overrides = {"CLIP_stop_at_last_layers": 2}
     kwargs: dict[str, Any] = {"enable_hr": hires} if tab == "txt2img" else {}
-    p = webui.make_p(tab, tome_args(True, img2img=tab == "img2img"), override_settings=shared_overrides, **kwargs)
+    p = webui.make_p(tab, custom_args(img2img=tab == "img2img"), override_settings=shared_overrides, **kwargs)
     p.override_settings = shared_overrides  # as in an XYZ cell: the dict is shared, it must not be edited
     processed = processing.process_images(p)
     assert shared_overrides == {"CLIP_stop_at_last_layers": 2}
@@ -335,7 +335,7 @@ def test_builtin_is_switched_off_for_the_job_only(
 def test_builtin_setting_is_put_back_when_overrides_are_not_restored(models: dict[str, torch.nn.Module]) -> None:
     webui = make("1.10", models)
     shared.opts.data["token_merging_ratio"] = 0.3
-    webui.txt2img(tome_args(True), override_settings_restore_afterwards=False)
+    webui.txt2img(custom_args(), override_settings_restore_afterwards=False)
     assert shared.opts.data["token_merging_ratio"] == 0.3
     assert_clean(webui)
 
@@ -365,8 +365,8 @@ def test_run_is_not_inherited_by_a_copy_of_p(models: dict[str, torch.nn.Module])
     import copy
 
     webui = make("1.10", models)
-    p = webui.make_p("txt2img", tome_args(True))
-    webui.script().tome_runtime.before_process(p, tome_args(True), is_img2img=False)
+    p = webui.make_p("txt2img", custom_args())
+    webui.script().tome_runtime.before_process(p, custom_args(), is_img2img=False)
     assert lifecycle.run_of(p) is not None
     assert lifecycle.run_of(copy.copy(p)) is None
 
@@ -403,7 +403,7 @@ def test_xyz_cells_get_their_own_values_and_share_nothing(models: dict[str, torc
     ]
 
     sampler = FakeSampler(webui)
-    p = webui.make_p("txt2img", tome_args(True), sampler=sampler)
+    p = webui.make_p("txt2img", custom_args(), sampler=sampler)
     run_xyz_cells(p, xyz, {"[ToMe] Strides": ["1x2", "4"]})
     assert [(r.config.sx, r.config.sy) for r in sampler.records if r.step == 0] == [(1, 2), (4, 4)]
 
@@ -416,7 +416,7 @@ def test_xyz_cells_get_their_own_values_and_share_nothing(models: dict[str, torc
 
 def test_infotext_keys_are_reset_in_every_cell(models: dict[str, torch.nn.Module]) -> None:
     webui = make("1.10", models)
-    p = webui.make_p("txt2img", tome_args(True))
+    p = webui.make_p("txt2img", custom_args())
     p.extra_generation_params = {infotext.BUILTIN_KEY: "disabled", "ToMe hires ratio": "0.1", "Other": 1}
     processed = processing.process_images(p)
     assert "ToMe builtin" not in processed.extra_generation_params
@@ -431,7 +431,7 @@ def test_infotext_keys_are_reset_in_every_cell(models: dict[str, torch.nn.Module
 @pytest.mark.parametrize("version", VERSIONS)
 def test_merging_in_every_selected_block_writes_no_note(version: str, models: dict[str, torch.nn.Module]) -> None:
     webui = make(version, models)
-    _p, processed = webui.txt2img(tome_args(True), enable_hr=True, sampler=FakeSampler(webui, run_unet=True))
+    _p, processed = webui.txt2img(custom_args(), enable_hr=True, sampler=FakeSampler(webui, run_unet=True))
     assert "ToMe note" not in processed.extra_generation_params
     assert not any("ToMe note" in text for text in processed.infotexts)
     assert_clean(webui)
@@ -472,9 +472,7 @@ def test_attention_replaced_in_the_hires_pass_is_noted_per_pass(
     monkeypatch.setattr(tiny_models, "forward", forward_with_replaced_attention)
     webui = make(version, models)
     with caplog.at_level(logging.WARNING, logger="tome"):
-        _, processed = webui.txt2img(
-            tome_args(True), enable_hr=True, n_iter=2, sampler=FakeSampler(webui, run_unet=True)
-        )
+        _, processed = webui.txt2img(custom_args(), enable_hr=True, n_iter=2, sampler=FakeSampler(webui, run_unet=True))
     note = "hires pass: merged in 0 of 3 blocks (attention replaced by another extension)"
     assert processed.extra_generation_params["ToMe note"] == note
     assert all(f'ToMe note: "{note}"' in text for text in processed.infotexts)

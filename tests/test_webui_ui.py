@@ -129,6 +129,18 @@ def page_data(text: str, name: str) -> Any:
     return None if match is None else json.loads(html.unescape(match.group(1)))
 
 
+def page_config(config: TomeConfig) -> dict[str, Any]:
+    """What javascript/tome.js reads of a config."""
+    return {
+        "ratio": config.ratio,
+        "sx": config.sx,
+        "sy": config.sy,
+        "maxDownsample": str(config.max_downsample),
+        "mode": config.mode,
+        "merges": config.merge_attn or (config.mode == "merge" and config.merge_crossattn),
+    }
+
+
 @pytest.mark.parametrize("name", [p.name for p in presets()])
 def test_note_for_a_preset_says_what_it_runs_per_family(name: str) -> None:
     text = ui.note_html({"preset": name, "ratio": 0.1}, is_img2img=True)
@@ -138,20 +150,11 @@ def test_note_for_a_preset_says_what_it_runs_per_family(name: str) -> None:
         in text
     )
     assert "0.10" not in text  # the hidden custom ratio is not what runs
-    assert page_data(text, "data-tome-first") == {
-        family: {
-            "ratio": config.ratio,
-            "sx": config.sx,
-            "sy": config.sy,
-            "maxDownsample": str(config.max_downsample),
-            "mode": config.mode,
-            "merges": config.merge_attn or (config.mode == "merge" and config.merge_crossattn),
-        }
-        for family, config in configs.items()
-    }
+    assert page_data(text, "data-tome-first") == {family: page_config(config) for family, config in configs.items()}
     assert page_data(text, "data-tome-hires") is None
     same = ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
-    assert page_data(same, "data-tome-hires") == page_data(same, "data-tome-first")  # no hires variant yet
+    hires = {family: page_config(get_preset(name).config(family, hires=True)) for family in FAMILIES}
+    assert page_data(same, "data-tome-hires") == hires
 
 
 def test_note_for_the_hires_pass_with_presets() -> None:
@@ -166,6 +169,8 @@ def test_note_for_the_hires_pass_with_presets() -> None:
     )
     sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1)
     assert f"Hires pass, SDXL: {html.escape(ui.describe(sdxl))}" in custom
+    assert page_data(custom, "data-tome-hires") is None  # typed values: the page reads them from the controls
+    assert 'data-tome-hr-mode="own" data-tome-hr-preset="custom"' in custom
     assert "Hires pass: no merging" in ui.note_html({"preset": "fast", "hr_mode": "off"}, is_img2img=False)
 
 

@@ -8,11 +8,14 @@ the one below. Element ids (for javascript/ and style.css): every item gets `Scr
                        `<id>-visible-checkbox` in its label
     preset             radio "Speed": Quality / Balanced / Fast / Fastest / Custom (values: the preset names
                        of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
-    cap_note           HTML note under it, a `div.tome-cap-note` holding: for a preset, what it runs on SD1/SD2
-                       and on SDXL (`data-tome-first`, and `data-tome-hires` when the hires pass uses a preset:
-                       JSON of those configs per model family, for javascript/); for Custom, the ratio actually
-                       merged, and whether the strides cap it (class `tome-capped` when they do), or the pooling
-                       in kv mode; plus a line per Hires fix pass setting that differs from the first pass
+    cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, what it runs on SD1/SD2 and on
+                       SDXL; for Custom, the ratio actually merged and whether the strides cap it (class
+                       `tome-capped` when they do), or the pooling in kv mode; plus the Hires fix pass where it
+                       differs from the first pass. For javascript/ the div carries `data-tome-first` (and
+                       `data-tome-hires` when the hires pass runs a preset as it is): JSON of the configs per model
+                       family,
+                       and `data-tome-preset`, `data-tome-hr-mode`, `data-tome-hr-preset`: the selector values it
+                       was made for
     custom             the column of the detailed settings, shown only for Custom, holding:
     ratio, max_downsample, sx, sy, mode
                        the main controls
@@ -334,7 +337,10 @@ def note_html(values: Mapping[str, Any], *, is_img2img: bool) -> str:
         job = note_job(values, is_img2img=is_img2img)
     except TomeArgsError as exc:
         return _html([(f"invalid settings: {exc}", False)], {})
-    data: dict[str, str] = {"data-tome-preset": job.preset}
+    data: dict[str, str] = {"data-tome-preset": str(values.get("preset", job.preset))}
+    if not is_img2img:
+        data["data-tome-hr-mode"] = str(values.get("hr_mode", job.hires_mode))
+        data["data-tome-hr-preset"] = str(values.get("hr_preset", job.hires_preset))
     lines: list[tuple[str, bool]] = []
     if job.needs_family(False):
         configs = {family: job.pass_config(False, family) for family in FAMILIES}
@@ -354,7 +360,8 @@ def _hires_lines(job: TomeJob, data: dict[str, str]) -> list[tuple[str, bool]]:
         hires = job.pass_config(True)
         return [_custom_line("Hires pass: ", hires)] if job.hires_mode == "own" and hires is not None else []
     configs = {family: job.pass_config(True, family) for family in FAMILIES}
-    data["data-tome-hires"] = json.dumps({f: _page_config(c) for f, c in configs.items() if c is not None})
+    if job.hires_preset != CUSTOM:  # (own custom values over a preset: the page reads them from the controls)
+        data["data-tome-hires"] = json.dumps({f: _page_config(c) for f, c in configs.items() if c is not None})
     if job.hires_mode == "same" and all(c == job.pass_config(False, f) for f, c in configs.items()):
         return []
     return [
