@@ -5,7 +5,8 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
     TOME_WEBUI_URL       the server, e.g. http://127.0.0.1:7860 (started with --api)
     TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
                          requests and answers HTTP 500 to any `infotext` request field (a host bug)
-    TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off)
+    TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off): also the
+                         model family the speed presets must resolve for ("sd" for SD1.x/SD2.x checkpoints)
     TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)
     TOME_WEBUI_BASELINE  optional: a PNG the same server made for `plain_request()` with the extension absent
                          (`extensions/` without it); ToMe off must give bitwise the same pixels
@@ -36,6 +37,7 @@ URL = os.environ.get("TOME_WEBUI_URL", "").rstrip("/")
 HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
 ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
 SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (64, 3)
+FAMILY = "sdxl" if ARCH == "sdxl" else "sd"
 
 
 def overrides(**extra: Any) -> dict[str, Any]:
@@ -250,3 +252,96 @@ def test_note_when_another_extension_replaces_the_attention() -> None:
     assert status == 200, payload
     note = extra_params(payload)["ToMe note"]
     assert note.startswith("merged in 0 of ") and note.endswith("blocks (attention replaced by another extension)")
+
+
+# ---------------------------------------------------------------------------------------------- speed presets
+
+
+def expected_entries(args: list[Any], *, with_hires: bool) -> dict[str, str]:
+    """Our infotext entries for `args` run on the loaded model's family (the values each pass resolved to)."""
+    from tome_webui import infotext
+    from tome_webui.params import resolve
+
+    job = resolve(args)
+    assert job is not None
+    return infotext.entries(job, with_hires=with_hires, families={False: FAMILY, True: FAMILY})
+
+
+def ours(extra: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in extra.items() if key.startswith("ToMe ") and key != "ToMe builtin"}
+
+
+def test_preset_records_the_preset_and_the_values_that_ran() -> None:
+    args = [{"preset": "fastest"}]
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts={"tome": {"args": args}}), name="preset")
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert extra["ToMe preset"] == "fastest"
+    assert ours(extra) == expected_entries(args, with_hires=False)  # no note, no error: every selected block merged
+    assert "ToMe preset: fastest" in info_of(payload)["infotexts"][0]
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("preset-hires-same", [{"preset": "fast"}]),
+        ("preset-hires-own", [{"preset": "balanced", "hires": {"preset": "fastest"}}]),
+        ("preset-hires-own-custom", [{"preset": "quality", "hires": {"ratio": 0.7}}]),
+    ],
+)
+def test_preset_with_hires(name: str, args: list[Any]) -> None:
+    status, payload = post(
+        "/sdapi/v1/txt2img", plain_request(**hires(), alwayson_scripts={"tome": {"args": args}}), name=name
+    )
+    assert status == 200, payload
+    assert ours(extra_params(payload)) == expected_entries(args, with_hires=True)
+
+
+def test_positional_args_from_before_presets_keep_their_meaning() -> None:
+    """The WebUI fills missing args with the UI defaults (a preset); the extension's API check sends "custom"."""
+    status, payload = post(
+        "/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.4, "auto", 2, 2)), name="old-args"
+    )
+    assert status == 200, payload
+    extra = extra_params(payload)
+    assert "ToMe preset" not in extra and extra["ToMe ratio"] == "0.4"
+    assert ours(extra) == expected_entries([True, 0.4, "auto", 2, 2], with_hires=False)
+
+
+def test_img2img_with_a_preset() -> None:
+    _, first = post("/sdapi/v1/txt2img", plain_request())
+    args = [{"preset": "fast"}]
+    body = plain_request(
+        init_images=[first["images"][0]], denoising_strength=0.6, alwayson_scripts={"tome": {"args": args}}
+    )
+    status, payload = post("/sdapi/v1/img2img", body, name="img2img-preset")
+    assert status == 200, payload
+    assert ours(extra_params(payload)) == expected_entries(args, with_hires=False)
+
+
+def test_bad_preset_is_refused_with_422() -> None:
+    body = plain_request(alwayson_scripts={"tome": {"args": [{"preset": "turbo"}]}})
+    status, payload = post("/sdapi/v1/txt2img", body, name="422-preset")
+    assert status == 422, payload
+    assert "preset must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'" in json.dumps(
+        payload
+    )
+
+
+@pytest.mark.parametrize("with_hires", [False, True])
+def test_preset_pastes_back_through_the_api_infotext_field(with_hires: bool) -> None:
+    if HOST == "forge":
+        pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
+    extra_fields = hires() if with_hires else {}
+    args = [{"preset": "fast", "hires": {"preset": "fastest"}}] if with_hires else [{"preset": "fast"}]
+    status, source = post(
+        "/sdapi/v1/txt2img",
+        plain_request(**extra_fields, alwayson_scripts={"tome": {"args": args}}),
+        name="preset-source",
+    )
+    assert status == 200, source
+    infotext = info_of(source)["infotexts"][0]
+    status, pasted = post("/sdapi/v1/txt2img", plain_request(**extra_fields, infotext=infotext), name="preset-pasted")
+    assert status == 200, pasted
+    assert ours(extra_params(pasted)) == ours(extra_params(source))
+    assert pixels(pasted["images"][0]) == pixels(source["images"][0])
