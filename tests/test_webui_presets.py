@@ -14,7 +14,7 @@ import gradio as gr
 import pytest
 import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
-from modules import errors, scripts
+from modules import errors, processing, scripts
 from webui_stub import forge
 from webui_stub.harness import (
     FakeSampler,
@@ -122,6 +122,25 @@ def test_preset_runs_its_config_for_the_family_and_pastes_back(
     p3, processed3 = webui.txt2img([*pasted[:21], "custom", *pasted[22:]], enable_hr=True)
     assert p3.sampler.passes()[0][3] == ran
     assert "ToMe preset" not in processed3.infotexts[0]
+    assert_clean(webui)
+
+
+@pytest.mark.parametrize("version", ["1.6", "1.10"])
+def test_values_are_written_before_params_txt(version: str, models: dict[str, torch.nn.Module]) -> None:
+    """The WebUI writes params.txt (pasted by "read last generation parameters") right after `process_batch`."""
+    webui = webui_for(models, "sdxl", version)
+    p = webui.make_p("txt2img", tome_args(True, preset="fast"))
+    seen: dict[str, Any] = {}
+    original = p.scripts.process_batch
+
+    def process_batch(p: Any, **kwargs: Any) -> None:
+        original(p, **kwargs)
+        seen.update(p.extra_generation_params)
+
+    p.scripts.process_batch = process_batch
+    processing.process_images(p)
+    assert seen["ToMe preset"] == "fast" and seen["ToMe ratio"] == repr(preset("fast", "sdxl").ratio)
+    assert seen == {k: v for k, v in p.extra_generation_params.items() if k != "ToMe note"}
     assert_clean(webui)
 
 

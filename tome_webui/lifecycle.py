@@ -11,7 +11,9 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
   (hires pass). The pass's config, resolved for the model family of the UNet that runs (`tome_core.model_family`:
   a preset differs between SD1/SD2 and SDXL; Forge loads the model only after `before_process`, and a hires
   checkpoint or a refiner may be another family), is applied to the current model (or removed from it when that
-  pass must not merge); applying the config already on the model changes nothing.
+  pass must not merge); applying the config already on the model changes nothing. `process_batch` also writes
+  the values a preset resolves to for the loaded model on every version, since `params.txt` is written right
+  after it.
 * `on_cfg_denoiser`, each step: make sure the current model (a refiner may have been swapped in) carries the
   pass's config, and tell the core the sampler step for the step window. v1.6/1.7 pass no `p` there, so they
   only get the step.
@@ -98,9 +100,24 @@ class Runtime:
             p.extra_generation_params = {**infotext.without_ours(extra), **ours}
 
     def process_batch(self, p: Any) -> None:
-        """v1.6-1.9: the first pass of each batch (v1.10+ uses `process_before_every_sampling`)."""
+        """v1.6-1.9: the first pass of each batch (v1.10+ uses `process_before_every_sampling`).
+
+        On every version, the infotext entries are brought up to date here: `params.txt` (which the WebUI's "read
+        last generation parameters" button pastes) is written right after this hook, before any sampling.
+        """
+        run = run_of(p)
+        if run is None:
+            return
         if not compat.has_every_sampling_hook(p):
             self._pass(p, is_hr_pass=False)
+        elif run.job.needs_family(False):
+            unet = unet_of(p.sd_model)
+            if unet is not None and id(unet) not in run.unpatchable:
+                try:
+                    family_of(run, unet, is_hr_pass=False)
+                except TypeError as exc:  # the pass hook reports it in the note
+                    log.debug("ToMe: no model family for the infotext yet: %s", exc)
+        record_values(p, run)
 
     def before_hr(self, p: Any) -> None:
         """v1.6-1.9: the hires pass."""
@@ -117,9 +134,7 @@ class Runtime:
         if run is None:
             return
         finish_pass(run)
-        infotext.update(
-            p.extra_generation_params, infotext.entries(run.job, with_hires=run.with_hires, families=run.families)
-        )
+        record_values(p, run)
         text = report.note(run.reports)
         lines = [*run.problems, *([text] if text else [])]
         run.problems.clear()
@@ -152,6 +167,13 @@ class Runtime:
         finish_pass(run)
         unet = ensure(p, run, is_hr_pass=is_hr_pass, new_pass=True)
         start_pass(run, pass_name(run, is_hr_pass=is_hr_pass), unet)
+
+
+def record_values(p: Any, run: Run) -> None:
+    """Write the infotext entries of the values the passes resolved to (for the model families seen so far)."""
+    infotext.update(
+        p.extra_generation_params, infotext.entries(run.job, with_hires=run.with_hires, families=run.families)
+    )
 
 
 def run_of(p: Any) -> Run | None:
