@@ -5,8 +5,9 @@
 #                passes options, e.g. BENCH_ARGS="--full" for the full matrix, 20-25 min)
 #   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,
 #                HiDiffusion) into .venv with --no-deps; optional, the tests skip a peer that is not installed
-#   make bench-gen  whole generations side by side with every peer: SD1.5 at 512 and 768 px (10 Euler steps) and
-#                SDXL at 768 px (4 steps) into bench-out/gen-sd15 and bench-out/gen-sdxl (hours on 2 CPU cores)
+#   make bench-gen  whole generations side by side with every peer and ours at each preset: SD1.5 at 512 and
+#                768 px (10 Euler steps) and SDXL at 768 px (4 steps) into bench-out/gen-sd15 and bench-out/gen-sdxl
+#                (hours on 2 CPU cores)
 #   make lint / make format / make clean
 
 SHELL := /bin/bash
@@ -75,8 +76,8 @@ peers: venv
 
 # The two commands are tome_core.bench.cli.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
 bench-gen: peers
-	$(PY) -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --out bench-out/gen-sd15 $(BENCH_ARGS)
-	$(PY) -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --out bench-out/gen-sdxl $(BENCH_ARGS)
+	$(PY) -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15 $(BENCH_ARGS)
+	$(PY) -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis bench-out build dist *.egg-info

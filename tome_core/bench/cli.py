@@ -70,10 +70,11 @@ GEN_FULL_MATRIX = Matrix(sizes="512,768", ratios="0.3,0.5,0.7", repeats=3, warmu
 #: --steps N --quick: a smoke test.
 GEN_QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=0)
 #: The whole-generation comparison (`make bench-gen`, README): SD1.5 at 512 and 768 px with 10 Euler steps and
-#: SDXL at 768 px with 4, every peer at its default and a faster setting, ours stacked with DeepCache.
+#: SDXL at 768 px with 4, every peer at its default and a faster setting, ours stacked with DeepCache, ours at
+#: ratio 0.5 and at each preset.
 GEN_COMMANDS = (
-    "python -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --out bench-out/gen-sd15",
-    "python -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --out bench-out/gen-sdxl",
+    "python -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15",
+    "python -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl",
 )
 #: Fields of TomeConfig that --set may not touch because another option owns them.
 _OWNED_FIELDS = {"ratio": "--ratios"}

@@ -397,8 +397,8 @@ def bench_generation_size(
     variants = make_gen_variants(opts, pipe, spec)
     base = variants[0]
     rounds = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)] + [(-1, kind) for kind in kinds[1:]]
-    runnable = sum(1 for v in variants if v.error is None)
-    progress.total = (progress.total or 0) + steps * runnable * len(rounds) + (1 if opts.warmup == 0 else 0)
+    # every variant's steps in every round (one that cannot run moves the bar on by its steps), plus the priming
+    progress.total = (progress.total or 0) + steps * len(variants) * len(rounds) + (1 if opts.warmup == 0 else 0)
     progress.refresh()
     stepper = _StepProgress(progress)
     rng = run._SeededGlobalRng(opts.seed, opts.device)
@@ -566,6 +566,12 @@ def main(opts: Options, argv: Sequence[str]) -> int:
         if r.variant != "baseline" and r.error is None and r.deviation == 0.0:
             notes.append(
                 f"{r.arch} {r.size}px {r.variant}: final latent identical to the baseline's, nothing was changed"
+                + (
+                    " (tomesd's max_downsample=1 has no attention block on this architecture: see tomesd:fast, or"
+                    " --tomesd-max-downsample auto)"
+                    if r.variant == "tomesd"
+                    else ""
+                )
             )
     notes = list(dict.fromkeys(notes))
     wall = time.perf_counter() - started

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tome_core.bench import archs
+from tome_core.bench import archs, ops
 from tome_core.bench.options import Options, OverheadRow, Row, spread
 from tome_core.config import TomeConfig
 from tome_core.patch import _structural_levels
@@ -427,13 +427,9 @@ def bench_ops(
     (ops of one patched UNet call - ops of the unpatched call) / blocks that merged, counted by
     `tome_core.bench.ops.count_ops` in kinds: total, kernel-launching, views and host syncs. Blocks that merged:
     ours `tome_core.stats(unet).applied` after `reset_stats`; tomesd the transformer blocks at the levels its
-    max_downsample reaches (it patches every block, merges in those). One untimed call per variant; {} when this
-    tome_core has no op counter. The counts do not depend on the size, only on which blocks merge.
+    max_downsample reaches (it patches every block, merges in those). One untimed call per variant. The counts do
+    not depend on the size, only on which blocks merge.
     """
-    try:
-        ops = importlib.import_module("tome_core.bench.ops")
-    except ImportError:
-        return {}
     tome_core = importlib.import_module("tome_core")
     height, width = size
     args, kwargs = archs.make_inputs(
