@@ -345,12 +345,6 @@ def test_forge_every_preset_merges_every_selected_block(family: str, depths: Any
         assert "ToMe note" not in processed.extra_generation_params, choice.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="tome_core.TomeStats counts a block as reached when any merged module ran: with cross-attention and MLP"
-    " merged, a self-attention that another extension replaced goes unnoticed (needs per-module counts)",
-)
 def test_forge_attention_replaced_is_noted_when_other_modules_merge() -> None:
     from test_webui_forge import replace_all_attn1
 

@@ -74,11 +74,21 @@ class _Block:
     unmerge: Merge | None = None  # the unmerge owed by the module now running
     tokens: int = 0  # token count the current plans were made for
     grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
-    # Counters since the last `reset_stats`, read by `stats`: calls with a plan (merge plan or kv grid), calls in
-    # which a hooked module ran while a plan existed, and calls in which tokens were really merged or pooled.
+    # Since the last `reset_stats`, read by `stats`: calls with a plan (merge plan or kv grid); the hooked modules
+    # ("attn1", "attn2", "ff") whose plan merges something, those that ran while a plan existed, and those that
+    # really merged or pooled. A block counts only when all of them did: another extension may replace
+    # self-attention while the feed-forward still merges.
     planned: int = 0
-    reached: int = 0
-    applied: int = 0
+    wanted: set[str] = field(default_factory=set)
+    reached: set[str] = field(default_factory=set)
+    applied: set[str] = field(default_factory=set)
+    kinds: dict[str, str] = field(default_factory=dict)  # hooked module name -> ratio kind ("attn", "mlp", "kv")
+
+    def counts_reached(self) -> bool:
+        return bool(self.planned) and set(self.kinds) <= self.reached
+
+    def counts_applied(self) -> bool:
+        return bool(self.wanted) and self.wanted <= self.applied
 
 
 @dataclass
@@ -316,8 +326,8 @@ def stats(model: Any) -> TomeStats | None:
         total=state.total,
         selected=len(state.blocks),
         planned=sum(1 for b in state.blocks if b.planned),
-        reached=sum(1 for b in state.blocks if b.reached),
-        applied=sum(1 for b in state.blocks if b.applied),
+        reached=sum(1 for b in state.blocks if b.counts_reached()),
+        applied=sum(1 for b in state.blocks if b.counts_applied()),
         unet_calls=state.unet_calls,
         active_calls=state.active_calls,
         block_calls=state.block_calls,
@@ -336,7 +346,8 @@ def reset_stats(model: Any) -> None:
         return
     state.unet_calls = state.active_calls = state.block_calls = state.grid_misses = 0
     for block in state.blocks:
-        block.planned = block.reached = block.applied = 0
+        block.planned = 0
+        block.wanted, block.reached, block.applied = set(), set(), set()
 
 
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
@@ -506,12 +517,14 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     handles.append(block.register_forward_hook(_block_post_hook(slot)))
     if config.mode == "kv":
         if not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False):
+            slot.kinds["attn1"] = "kv"
             handles.append(block.attn1.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
         return
     for name, flag, kind in _TARGETS:
         module = getattr(block, name, None)
         if getattr(config, flag) and isinstance(module, nn.Module):
-            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot, kind), with_kwargs=True))
+            slot.kinds[name] = kind
+            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot, name), with_kwargs=True))
             handles.append(module.register_forward_hook(_unmerge_post_hook(slot)))
 
 
@@ -537,6 +550,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         if config.mode == "kv":
             slot.grid = (h, w)
             slot.planned += 1
+            slot.wanted.update(slot.kinds)
             return
         slot.tokens = tokens
         num_dst = (h // config.sy) * (w // config.sx)
@@ -544,6 +558,7 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         if num_dst == 0 or all(r <= 0 for r in removed.values()):
             return
         slot.planned += 1
+        slot.wanted.update(name for name, kind in slot.kinds.items() if removed.get(kind, 0) > 0)
         shared = state.stack_plans.get(slot.stack) if config.share_plan and not slot.first_in_stack else None
         if shared is not None and shared[0] == tokens:
             slot.plans = shared[1]
@@ -568,20 +583,22 @@ def _block_post_hook(slot: _Block) -> Callable[..., None]:
     return hook
 
 
-def _merge_pre_hook(slot: _Block, kind: str) -> Callable[..., Any]:
+def _merge_pre_hook(slot: _Block, target: str) -> Callable[..., Any]:
+    kind = slot.kinds[target]
+
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         slot.unmerge = None
         if slot.plans is None:
             return None
         merge, unmerge = slot.plans[kind]
-        slot.reached += 1
+        slot.reached.add(target)
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens or merge is unmerge:
             return None
         slot.unmerge = unmerge
-        slot.applied += 1
+        slot.applied.add(target)
         merged = merge(x)
         # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
         # the queries, which must merge with them. Other keys/values (a reference image's, say) stay whole.
@@ -607,7 +624,7 @@ def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if slot.grid is None:
             return None
-        slot.reached += 1
+        slot.reached.add("attn1")
         x = _first_arg(args, kwargs, "x", "hidden_states")
         # Self-attention's keys/values are absent (None) or, in Forge once any attn1 patch exists, the queries
         # themselves; anything else (another extension's keys/values) is left alone.
@@ -618,7 +635,7 @@ def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != h * w:
             return None  # tokens already merged by another patch: no grid to pool over
         pooled = kv_downsample(x, w, h, state.config.sx, state.config.sy)
-        slot.applied += 1
+        slot.applied.add("attn1")
         return args, {**kwargs, **dict.fromkeys(targets, pooled)}
 
     return hook
