@@ -210,8 +210,8 @@ def _stacks(unet: nn.Module) -> dict[int, int]:
 
 
 def model_family(model: Any) -> str:
-    """ "sdxl" when the UNet's first transformer blocks sit at level 2 (SDXL and its fine-tunes), else "sd"
-    (SD1.x, SD2.x: attention from full resolution)."""
+    """The family presets resolve for: "sdxl" when the UNet's first transformer blocks sit at level 2 (SDXL and
+    its fine-tunes), else "sd" (SD1.x, SD2.x: attention from full resolution)."""
     blocks = _structural_levels(find_unet(model))
     if not blocks:
         raise TypeError(f"{type(find_unet(model)).__name__} has no BasicTransformerBlock")

@@ -1,0 +1,96 @@
+"""The library's preset API: `presets()`, `get_preset`, `model_family` and `apply_patch(model, preset=...)`."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import tome_core
+from tome_core import TomeConfig
+
+from tiny_models import PipelineLike, WebUILike, build_unet, forward, make_inputs
+
+FAMILY = {"ldm_sd1": "sd", "ldm_sd2": "sd", "diffusers_sd1": "sd", "diffusers_sdxl": "sdxl"}
+
+
+def test_presets_are_named_and_ordered() -> None:
+    names = [p.name for p in tome_core.presets()]
+    assert names == ["quality", "balanced", "fast", "fastest"]
+    assert tome_core.DEFAULT_PRESET in names
+    for preset in tome_core.presets():
+        assert preset.label and preset.help
+        for family in tome_core.FAMILIES:
+            for hires in (False, True):
+                assert not preset.config(family, hires=hires).is_noop
+
+
+def test_balanced_keeps_tomesds_defaults_on_sd() -> None:
+    # SD1.x/SD2.x users get a drop-in: the default preset is tomesd's defaults there.
+    assert tome_core.get_preset("balanced").config("sd") == TomeConfig()
+
+
+def test_faster_presets_merge_more_on_sdxl() -> None:
+    # Each step up merges at least as many kinds of module as the one before on SDXL.
+    kinds = [set(p.config("sdxl").ratios_by_kind) for p in tome_core.presets() if p.config("sdxl").mode == "merge"]
+    assert all(a <= b for a, b in itertools.pairwise(kinds))
+    assert "mlp" in kinds[-1]
+
+
+@pytest.mark.parametrize("name", ["", "Fast", "turbo", None])
+def test_unknown_preset_names_the_known_ones(name: object) -> None:
+    with pytest.raises(ValueError, match="preset must be one of 'quality', 'balanced', 'fast', 'fastest'"):
+        tome_core.get_preset(name)  # type: ignore[arg-type]
+
+
+def test_unknown_family_is_refused() -> None:
+    with pytest.raises(ValueError, match="model family must be one of 'sd', 'sdxl'"):
+        tome_core.get_preset("fast").config("flux")
+
+
+@pytest.mark.parametrize("kind", list(FAMILY))
+def test_model_family(kind: str) -> None:
+    unet = build_unet(kind)
+    assert tome_core.model_family(unet) == FAMILY[kind]
+    assert tome_core.model_family(PipelineLike(unet)) == FAMILY[kind]
+    if kind.startswith("ldm"):
+        assert tome_core.model_family(WebUILike(unet)) == FAMILY[kind]
+
+
+def test_model_family_without_transformer_blocks() -> None:
+    with pytest.raises(TypeError):
+        tome_core.model_family(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+@pytest.mark.parametrize("kind", ["diffusers_sd1", "diffusers_sdxl", "ldm_sd2"])
+@pytest.mark.parametrize("name", ["quality", "fast", "fastest"])
+def test_apply_preset_resolves_for_the_models_family(kind: str, name: str) -> None:
+    unet = build_unet(kind)
+    inputs = make_inputs(2, 16, 16)
+    reference = forward(unet, inputs)
+    tome_core.apply_patch(unet, preset=name)
+    assert tome_core.get_config(unet) == tome_core.get_preset(name).config(FAMILY[kind])
+    assert not torch.equal(forward(unet, inputs), reference)
+    tome_core.apply_patch(unet, preset=name, hires=True)
+    assert tome_core.get_config(unet) == tome_core.get_preset(name).config(FAMILY[kind], hires=True)
+    tome_core.remove_patch(unet)
+    assert torch.equal(forward(unet, inputs), reference)
+
+
+def test_keywords_override_a_preset() -> None:
+    unet = build_unet("diffusers_sdxl")
+    tome_core.apply_patch(unet, preset="fast", ratio=0.3, share_plan=False)
+    expected = tome_core.get_preset("fast").config("sdxl").replace(ratio=0.3, share_plan=False)
+    assert tome_core.get_config(unet) == expected
+
+
+def test_preset_with_a_config_or_bad_values_leaves_the_model_untouched() -> None:
+    unet = build_unet("diffusers_sd1")
+    with pytest.raises(TypeError, match="a config or a preset, not both"):
+        tome_core.apply_patch(unet, TomeConfig(), preset="fast")
+    with pytest.raises(ValueError, match="preset must be one of"):
+        tome_core.apply_patch(unet, preset="warp")
+    with pytest.raises(ValueError, match=r"TomeConfig\.ratio must be"):
+        tome_core.apply_patch(unet, preset="fast", ratio=2)
+    assert not tome_core.is_patched(unet)
