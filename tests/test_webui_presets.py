@@ -197,9 +197,9 @@ def test_hires_pass_with_presets(
     if hires is not None:  # the hires values that ran: its own always in "own" mode, the others where they differ
         for name in FIELD_NAMES:
             value = getattr(hires, name)
-            recorded = value is not None and (
-                (case != "same" and name in HIRES_FIELDS) or value != getattr(first, name)
-            )
+            differs = value != getattr(first, name)
+            # an optional field set in the first pass and unset in the hires pass is recorded as "None"
+            recorded = differs if value is None else (case != "same" and name in HIRES_FIELDS) or differs
             assert (infotext.HIRES_KEYS[name] in extra) == recorded, name
             if recorded:
                 assert extra[infotext.HIRES_KEYS[name]] == infotext.format_value(value)

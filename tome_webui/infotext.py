@@ -157,7 +157,10 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
         for name in FIELD_NAMES:
             value = getattr(hires, name)
             always = mode == "own" and name in HIRES_FIELDS
-            if value is not None and (always or first is None or value != getattr(first, name)):
+            differs = first is not None and value != getattr(first, name)
+            # An optional field the first pass set and the hires pass leaves unset is written as "None", which
+            # reads back as None: otherwise pasting would give the hires pass the first pass's value.
+            if (value is not None and (always or first is None or differs)) or (value is None and differs):
                 out[HIRES_KEYS[name]] = format_value(value)
     return out
 
