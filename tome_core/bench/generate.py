@@ -464,21 +464,10 @@ def bench_generation_size(
                 v.leftovers = left
             if v.error is not None:
                 continue
-            if rep < 0:
-                v.outputs[kind] = out
-                continue
-            if rep == 0:
-                v.output = v.outputs[kind] = out
-                if mem is not None:
-                    v.mems.append(mem)
-            if not warm:
-                v.times.append(seconds)
-                if mem is not None and opts.device.type == "cuda":
-                    v.mems.append(mem)
-                if v is base and rep > 0:
-                    compared += 1
-                    if base.output is not None and not torch.equal(out, base.output):
-                        max_diff = max(max_diff, float((out - base.output).abs().max()))
+            diff = run.record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
+            if diff is not None:
+                compared += 1
+                max_diff = max(max_diff, diff)
 
     if base.output is not None and not torch.isfinite(base.output).all():
         checks.append((False, f"{spec.name} {label}px: the baseline's final latent is not finite ({opts.dtype_name})"))

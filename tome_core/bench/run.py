@@ -313,6 +313,39 @@ def make_row(spec: archs.Arch, label: str, v: Variant, base: Variant, kinds: lis
     )
 
 
+def record(
+    v: Any,
+    base: Any,
+    kind: str,
+    out: torch.Tensor,
+    seconds: float,
+    mem: int | None,
+    *,
+    rep: int,
+    warm: bool,
+    device: torch.device,
+) -> float | None:
+    """Keep one run's output, time and memory on variant `v` (rep < 0: an untimed run on another start latent).
+
+    Returns max |out - first baseline output| for a later timed baseline run, which must stay 0.0; else None.
+    """
+    if rep < 0:
+        v.outputs[kind] = out
+        return None
+    if rep == 0:
+        v.output = v.outputs[kind] = out
+        if mem is not None:
+            v.mems.append(mem)
+    if warm:
+        return None
+    v.times.append(seconds)
+    if mem is not None and device.type == "cuda":
+        v.mems.append(mem)
+    if v is not base or rep == 0 or base.output is None:
+        return None
+    return 0.0 if torch.equal(out, base.output) else float((out - base.output).abs().max())
+
+
 def bench_size(
     opts: Options,
     unet: nn.Module,
@@ -381,21 +414,10 @@ def bench_size(
             if _hook_count(unet) != hooks0 or _class_names(unet) != classes0:
                 restore_ok = False
                 checks.append((False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal"))
-            if rep < 0:
-                v.outputs[kind] = out
-                continue
-            if rep == 0:
-                v.output = v.outputs[kind] = out
-                if mem is not None:
-                    v.mems.append(mem)
-            if not warm:
-                v.times.append(seconds)
-                if mem is not None and opts.device.type == "cuda":
-                    v.mems.append(mem)
-                if v is base and rep > 0:
-                    compared += 1
-                    if not torch.equal(out, base.output):
-                        max_diff = max(max_diff, float((out - base.output).abs().max()))
+            diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
+            if diff is not None:
+                compared += 1
+                max_diff = max(max_diff, diff)
     if base.output is not None and not torch.isfinite(base.output).all():
         checks.append((False, f"{spec.name} {label}px: the baseline output is not finite ({opts.dtype_name})"))
     # Patch/unpatch cycles before the last baseline run (the first of the last round). With one baseline run
