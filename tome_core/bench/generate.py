@@ -474,11 +474,10 @@ def bench_generation_size(
     cycles = sum(1 for v in variants[1:] if v.error is None) * (opts.warmup + opts.repeats - 1)
     if compared:
         checks.append(
-            (
-                max_diff == 0.0,
-                f"{spec.name} {label}px: the baseline's final latent bitwise identical in {compared} later timed"
-                f" generation(s) after {cycles} apply/remove cycles of the other variants"
-                + ("" if max_diff == 0.0 else f": NO, max |diff| = {max_diff:.3g}"),
+            run.baseline_check(
+                f"{spec.name} {label}px: the baseline's final latent",
+                f"{compared} later timed generation(s) after {cycles} apply/remove cycles of the other variants",
+                max_diff,
             )
         )
     if clean:

@@ -346,6 +346,12 @@ def record(
     return 0.0 if torch.equal(out, base.output) else float((out - base.output).abs().max())
 
 
+def baseline_check(subject: str, runs: str, max_diff: float) -> tuple[bool, str]:
+    """The check that the baseline stayed bitwise identical over `runs` (what `record` measured as `max_diff`)."""
+    ok = max_diff == 0.0
+    return ok, f"{subject} bitwise identical in {runs}" + ("" if ok else f": NO, max |diff| = {max_diff:.3g}")
+
+
 def bench_size(
     opts: Options,
     unet: nn.Module,
@@ -425,11 +431,10 @@ def bench_size(
     cycles = sum(1 for v in variants if v.kind != "baseline" and v.error is None) * (opts.warmup + opts.repeats - 1)
     if compared:
         checks.append(
-            (
-                max_diff == 0.0,
-                f"{spec.name} {label}px: baseline output bitwise identical in {compared} later timed run(s)"
-                f" after {cycles} patch/unpatch cycles"
-                + ("" if max_diff == 0.0 else f": NO, max |diff| = {max_diff:.3g}"),
+            baseline_check(
+                f"{spec.name} {label}px: baseline output",
+                f"{compared} later timed run(s) after {cycles} patch/unpatch cycles",
+                max_diff,
             )
         )
     if restore_ok:
