@@ -210,6 +210,15 @@ def test_is_noop() -> None:
     assert not TomeConfig().is_noop
     assert TomeConfig(mode="kv", sx=1, sy=1).is_noop
     assert not TomeConfig(mode="kv", ratio=0.0).is_noop  # kv ignores the ratio
+    assert TomeConfig(mode="kv", merge_attn=False).is_noop
+    assert not TomeConfig(mode="kv", merge_attn=False, merge_mlp=True).is_noop  # the MLP still merges
+    assert TomeConfig(mode="kv", merge_attn=False, merge_mlp=True, mlp_ratio=0.0).is_noop
+
+
+def test_kv_mode_gives_self_attention_no_ratio() -> None:
+    assert TomeConfig(mode="kv").ratios_by_kind == {}
+    assert TomeConfig(mode="kv", merge_mlp=True, mlp_ratio=0.3).ratios_by_kind == {"mlp": 0.3}
+    assert TomeConfig(mode="kv", merge_crossattn=True, ratio=0.4).ratios_by_kind == {"attn": 0.4}
 
 
 def test_merges_level() -> None:

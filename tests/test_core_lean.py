@@ -31,6 +31,13 @@ SYNC_FREE_CONFIGS = {
     },
     "global matching": {"matching": "global"},
     "kv mode": {"mode": "kv"},
+    "kv mode, cross-attention and MLP merged from level 2": {
+        "mode": "kv",
+        "merge_crossattn": True,
+        "merge_mlp": True,
+        "mlp_min_downsample": 2,
+        "share_plan": True,
+    },
 }
 
 
@@ -192,6 +199,42 @@ def test_mlp_ratio_merges_the_feed_forward_at_its_own_ratio() -> None:
         handle.remove()
     tome_core.remove_patch(unet)
     assert seen == {"attn1": 256 - 128, "ff": 256 - 64}
+
+
+@pytest.mark.parametrize("mode", ["merge", "kv"])
+def test_mlp_min_downsample_merges_the_feed_forward_only_from_that_level(mode: str) -> None:
+    unet = build_unet("diffusers_sd1")
+    blocks = [m for m in unet.modules() if type(m).__name__ == "BasicTransformerBlock"]
+    seen: dict[int, list[int]] = {}
+
+    def record(index: int):
+        def hook(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            seen.setdefault(index, []).append(x.shape[1])
+
+        return hook
+
+    tome_core.apply_patch(unet, mode=mode, merge_mlp=True, mlp_ratio=0.5, mlp_min_downsample=2, max_downsample=4)
+    handles = [b.ff.register_forward_pre_hook(record(i), with_kwargs=True) for i, b in enumerate(blocks)]
+    forward_unet(unet, make_inputs(2, 16, 16))
+    stats = tome_core.stats(unet)
+    for handle in handles:
+        handle.remove()
+    tome_core.remove_patch(unet)
+    assert stats is not None and stats.applied == stats.selected
+    # The tiny SD1 UNet has blocks at 16x16, 8x8, 4x4 and 2x2 (levels 1-8): levels 2 and 4 merge the feed-forward.
+    tokens = {n for sizes in seen.values() for n in sizes}
+    assert tokens == {256, 64 - 32, 16 - 8, 4}  # the middle block (level 8) is beyond max_downsample
+    level1 = [i for i, sizes in seen.items() if sizes == [256]]
+    assert level1 and len(level1) < len(blocks)
+
+
+def test_mlp_min_downsample_above_every_block_selects_none() -> None:
+    unet = build_unet("diffusers_sd1")
+    tome_core.apply_patch(unet, merge_attn=False, merge_mlp=True, mlp_min_downsample=8, max_downsample=4)
+    stats = tome_core.stats(unet)
+    tome_core.remove_patch(unet)
+    assert stats is not None and stats.selected == 0
 
 
 def test_mlp_ratio_zero_leaves_the_feed_forward_whole() -> None:

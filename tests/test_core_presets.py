@@ -32,10 +32,13 @@ def test_balanced_keeps_tomesds_defaults_on_sd() -> None:
 
 
 def test_faster_presets_merge_more_on_sdxl() -> None:
-    # Each step up merges at least as many kinds of module as the one before on SDXL.
-    kinds = [set(p.config("sdxl").ratios_by_kind) for p in tome_core.presets() if p.config("sdxl").mode == "merge"]
+    # Each step up merges at least the kinds of module of the one before, the feed-forward at a rising ratio.
+    configs = [p.config("sdxl") for p in tome_core.presets()]
+    kinds = [set(c.ratios_by_kind) for c in configs]
     assert all(a <= b for a, b in itertools.pairwise(kinds))
     assert "mlp" in kinds[-1]
+    mlp = [c.ratios_by_kind.get("mlp", 0.0) for c in configs]
+    assert mlp == sorted(mlp) and len(set(mlp)) == len(mlp)
 
 
 @pytest.mark.parametrize("name", ["", "Fast", "turbo", None])

@@ -74,6 +74,36 @@ def test_kv_mode_keeps_queries_and_the_sdpa_processor() -> None:
     assert {type(p).__name__ for p in unet.attn_processors.values()} == processors == {"AttnProcessor2_0"}
 
 
+def test_kv_mode_with_mlp_merging_pools_self_attention_and_merges_the_feed_forward() -> None:
+    unet = build_unet("diffusers_sd1")
+    seen: dict[str, list[tuple[int, ...]]] = {"attn1": [], "ff": []}
+
+    def recorder(name):
+        def record(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            ctx = kwargs.get("encoder_hidden_states")
+            seen[name].append((x.shape[1], ctx.shape[1]) if ctx is not None else (x.shape[1],))
+
+        return record
+
+    block = next(m for m in unet.modules() if type(m).__name__ == "BasicTransformerBlock")
+    inputs = make_inputs(2, 16, 24)
+    reference = forward_unet(unet, inputs)
+    tome_core.apply_patch(unet, mode="kv", merge_mlp=True, mlp_ratio=0.5, max_downsample=1)
+    handles = [getattr(block, n).register_forward_pre_hook(recorder(n), with_kwargs=True) for n in seen]
+    out = forward_unet(unet, inputs)
+    stats = tome_core.stats(unet)
+    for handle in handles:
+        handle.remove()
+    tome_core.remove_patch(unet)
+    assert stats is not None
+    assert seen["attn1"] == [(16 * 24, 8 * 12)]  # every query kept, keys/values pooled 2x2
+    assert seen["ff"] == [(16 * 24 - 16 * 24 // 2,)]  # the feed-forward on half the tokens
+    assert stats.applied == stats.selected > 0
+    assert out.shape == reference.shape and not torch.equal(out, reference)
+    assert torch.equal(forward_unet(unet, inputs), reference)
+
+
 @pytest.mark.parametrize("mode", ["merge", "kv"])
 def test_cond_and_uncond_in_separate_calls_match_one_batch(mode: str) -> None:
     # Partitions are keyed on the timestep, not on the call: a sampler that runs cond and uncond as two

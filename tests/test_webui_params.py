@@ -43,18 +43,20 @@ DOCUMENTED_ORDER = (
     "share_plan",
     "preset",
     "hr_preset",
+    "mlp_min_downsample",
 )
-DOCUMENTED_IMG2IMG_ORDER = (*DOCUMENTED_ORDER[:14], "mlp_ratio", "share_plan", "preset")
+DOCUMENTED_IMG2IMG_ORDER = (*DOCUMENTED_ORDER[:14], "mlp_ratio", "share_plan", "preset", "mlp_min_downsample")
 
 #: Valid first-pass args (the first 14 of both tabs), to put a bad hires value after.
 VALID = [True, 0.5, "auto", 2, 2, True, True, False, False, -1, "merge", "local", 0, 1]
-#: The rest of a full txt2img list: hires same, then mlp_ratio, share_plan, preset, hr_preset.
+#: The rest of a full txt2img list: hires same, then mlp_ratio, share_plan (preset, hr_preset, mlp_min_downsample
+#: follow).
 TAIL = ["same", 0.5, "auto", 2, 2, -1, False]
 
 
 def full(*, preset: str = "custom", hr_preset: str = "custom", **values: Any) -> list[Any]:
     """A full txt2img list as the UI sends it, custom by default."""
-    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset], strict=True))
+    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset, 1], strict=True))
     named.update(values)
     return [named[name] for name in ARG_NAMES]
 
@@ -68,13 +70,13 @@ def test_positional_order_is_the_documented_one() -> None:
     assert IMG2IMG_ARG_NAMES == DOCUMENTED_IMG2IMG_ORDER
     assert set(ARG_NAMES) >= {s.name for s in field_specs()}
     doc = " ".join((params.__doc__ or "").split())
-    groups = [(0, 1), (1, 14), (14, 19), (19, 23)]
+    groups = [(0, 1), (1, 14), (14, 19), (19, 23), (23, 24)]
     table = " ".join(
         f"{start if end == start + 1 else f'{start}-{end - 1}'} {', '.join(DOCUMENTED_ORDER[start:end])}"
         for start, end in groups
     )
     assert table in doc
-    assert "0 enabled, 1-13 the same fields, 14-16 mlp_ratio, share_plan, preset" in doc
+    assert "0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset, mlp_min_downsample" in doc
 
 
 def test_defaults_are_off_and_the_config_defaults() -> None:
@@ -234,7 +236,7 @@ def test_dict_form_with_presets(family: str) -> None:
             "preset (args[21]) must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'",
         ),
         (full(hr_preset=""), "hr_preset (args[22]) must be one of 'quality'"),
-        ([True] * 24, "args has 24 values, at most 23 allowed"),
+        ([True] * 25, "args has 25 values, at most 24 allowed"),
         ([{"ratio": 5}], "ratio must be a number in [0, 0.95], got 5"),
         ([{"sx": "two"}], "sx must be an integer in [1, 8], got 'two'"),
         ([{"foo": 1}], "args[0] has unknown field(s) 'foo'; allowed: enabled, preset, ratio"),
@@ -271,7 +273,7 @@ def test_img2img_positions_are_its_own() -> None:
         validate_request_args([*VALID, "same"], is_img2img=True)
     with pytest.raises(TomeArgsError, match=r"preset \(args\[16\]\) must be one of"):
         validate_request_args([*VALID, -1, False, "own"], is_img2img=True)
-    with pytest.raises(TomeArgsError, match="at most 17 allowed"):
+    with pytest.raises(TomeArgsError, match="at most 18 allowed"):
         validate_request_args(full(), is_img2img=True)
     validate_request_args([*VALID, 0.5, True, "fast"], is_img2img=True)
     # a dict's hires settings are checked in img2img too (one dict for both tabs), and unused there

@@ -180,6 +180,9 @@ def test_describe() -> None:
         == "merging 0.50 of the tokens (self-attention), strides 2\u00d72, max downsample auto"
     )
     assert ui.describe(TomeConfig(mode="kv", sx=4)) == "keys/values pooled over 4\u00d72 cells, max downsample auto"
+    assert ui.describe(TomeConfig(mode="kv", merge_mlp=True, mlp_ratio=0.3)) == (
+        "keys/values pooled over 2\u00d72 cells, 0.30 for the MLP, max downsample auto"
+    )
     full = TomeConfig(ratio=0.9, merge_crossattn=True, merge_mlp=True, mlp_ratio=0.4, share_plan=True, step_end=0.8)
     assert ui.describe(full) == (
         "merging 0.75 of the tokens (self/cross-attention, capped by the strides from 0.90), 0.40 for the MLP,"

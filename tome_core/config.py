@@ -154,7 +154,8 @@ class TomeConfig:
         "Mode",
         "'merge': ToMe, merge similar tokens and copy results back. 'kv': keep every query, attend to keys/values"
         " pooled over sx*sy cells (ToDo): no matching cost, keeps more detail per token, saves less at low"
-        " resolution. In 'kv' mode ratio and matching are unused.",
+        " resolution. In 'kv' mode self-attention pools; cross-attention and the MLP still merge (at the ratio and"
+        " MLP ratio) when turned on.",
         default="merge",
         choices=("merge", "kv"),
     )
@@ -210,6 +211,17 @@ class TomeConfig:
         advanced=True,
     )
 
+    mlp_min_downsample: int = _spec(
+        int,
+        "MLP from downsample",
+        "Merge for the feed-forward only in blocks at least this many times downsampled (1: wherever merging"
+        " runs). SDXL's level-2 blocks hold the finest detail: merging their feed-forward costs much fidelity and"
+        " saves little time, so the SDXL presets start at 4.",
+        default=1,
+        choices=LEVELS,
+        advanced=True,
+    )
+
     def __post_init__(self) -> None:
         for spec in field_specs():
             object.__setattr__(self, spec.name, _check(spec, getattr(self, spec.name)))
@@ -244,7 +256,8 @@ class TomeConfig:
     def ratios_by_kind(self) -> dict[str, float]:
         """The effective ratio of each kind of merged module in use: "attn" (self/cross) and "mlp"."""
         out = {}
-        if self.merge_attn or self.merge_crossattn:
+        # In kv mode self-attention pools its keys/values instead of merging: no ratio of its own.
+        if self.merge_crossattn or (self.merge_attn and self.mode == "merge"):
             out["attn"] = self.effective_ratio
         if self.merge_mlp:
             out["mlp"] = self.effective_mlp_ratio
@@ -253,9 +266,10 @@ class TomeConfig:
     @property
     def is_noop(self) -> bool:
         """True when the patch cannot change any output."""
-        if self.mode == "kv":
-            return self.sx * self.sy == 1 or not self.merge_attn
-        return all(ratio <= 0.0 for ratio in self.ratios_by_kind.values())
+        if self.sx * self.sy == 1:
+            return True
+        pools = self.mode == "kv" and self.merge_attn
+        return not pools and all(ratio <= 0.0 for ratio in self.ratios_by_kind.values())
 
     def active_at(self, fraction: float) -> bool:
         """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""

@@ -511,19 +511,29 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     config = state.config
     if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
         return
+    modules: list[tuple[str, nn.Module, str]] = []  # (name, module, kind) to hook
+    self_attends = not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False)
+    if config.mode == "kv" and config.merge_attn and self_attends:
+        modules.append(("attn1", block.attn1, "kv"))
+    for name, flag, kind in _TARGETS:
+        module = getattr(block, name, None)
+        if name == "attn1" and config.mode == "kv":
+            continue
+        if kind == "mlp" and slot.level < config.mlp_min_downsample:
+            continue
+        if getattr(config, flag) and isinstance(module, nn.Module):
+            modules.append((name, module, kind))
+    if not modules:
+        return
     handles = state.handles
     state.blocks.append(slot)
     handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
     handles.append(block.register_forward_hook(_block_post_hook(slot)))
-    if config.mode == "kv":
-        if not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False):
-            slot.kinds["attn1"] = "kv"
-            handles.append(block.attn1.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
-        return
-    for name, flag, kind in _TARGETS:
-        module = getattr(block, name, None)
-        if getattr(config, flag) and isinstance(module, nn.Module):
-            slot.kinds[name] = kind
+    for name, module, kind in modules:
+        slot.kinds[name] = kind
+        if kind == "kv":
+            handles.append(module.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
+        else:
             handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot, name), with_kwargs=True))
             handles.append(module.register_forward_hook(_unmerge_post_hook(slot)))
 
@@ -547,17 +557,21 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         config = state.config
         if not config.merges_level(level, state.auto_levels):
             return
-        if config.mode == "kv":
+        if "kv" in slot.kinds.values():
             slot.grid = (h, w)
             slot.planned += 1
-            slot.wanted.update(slot.kinds)
-            return
+            slot.wanted.add("attn1")
         slot.tokens = tokens
         num_dst = (h // config.sy) * (w // config.sx)
-        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in config.ratios_by_kind.items()}
+        kinds = set(slot.kinds.values())
+        removed = {
+            kind: min(int(tokens * ratio), tokens - num_dst)
+            for kind, ratio in config.ratios_by_kind.items()
+            if kind in kinds
+        }
         if num_dst == 0 or all(r <= 0 for r in removed.values()):
             return
-        slot.planned += 1
+        slot.planned += slot.grid is None
         slot.wanted.update(name for name, kind in slot.kinds.items() if removed.get(kind, 0) > 0)
         shared = state.stack_plans.get(slot.stack) if config.share_plan and not slot.first_in_stack else None
         if shared is not None and shared[0] == tokens:

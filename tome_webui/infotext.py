@@ -19,6 +19,7 @@ lower case unless an acronym, punctuation turned into spaces)::
     step_end         ToMe end at step
     mlp_ratio        ToMe MLP ratio
     share_plan       ToMe one plan per stack
+    mlp_min_downsample  ToMe MLP from downsample
 
 `HIRES_KEYS` gives every field a hires key the same way ("ToMe hires " + label: `ToMe hires MLP ratio`, ...); the
 four of `hr_ratio` ... `hr_sy` are the ones above. Also `ToMe builtin: disabled` (the WebUI's own token merging

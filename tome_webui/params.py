@@ -17,10 +17,12 @@ Positional form
         1-13   ratio, max_downsample, sx, sy, use_rand, merge_attn, merge_crossattn, merge_mlp, seed,
                mode, matching, step_start, step_end
         14-18  hr_mode, hr_ratio, hr_max_downsample, hr_sx, hr_sy
-        19-22  mlp_ratio, share_plan, preset, hr_preset        (appended after the first release)
+        19-22  mlp_ratio, share_plan, preset, hr_preset
+        23     mlp_min_downsample                              (19 on: appended after the first release)
 
     img2img has no Hires fix pass group: its args are the txt2img order without the hires ones
-    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-16 mlp_ratio, share_plan, preset), so its first 14
+    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset,
+    mlp_min_downsample), so its first 14
     positions are those of txt2img too. A shorter list keeps the defaults for the missing tail, except that a missing `preset`
     or `hr_preset` means "custom": a list written before presets existed keeps its meaning. (The WebUI fills
     missing args with the UI defaults itself, where the speed selectors start at `tome_core.DEFAULT_PRESET`; the
@@ -107,7 +109,7 @@ V1_FIELDS: tuple[str, ...] = (
 )
 HIRES_ARGS: tuple[str, ...] = tuple(f"hr_{name}" for name in HIRES_FIELDS)
 #: Args added after the first release, in the order they were added: new args are only ever appended here.
-APPENDED_ARGS: tuple[str, ...] = ("mlp_ratio", "share_plan", "preset", "hr_preset")
+APPENDED_ARGS: tuple[str, ...] = ("mlp_ratio", "share_plan", "preset", "hr_preset", "mlp_min_downsample")
 #: The positional order of the script's args in txt2img (= the order of the components `ui()` returns). A field
 #: added to TomeConfig later and not yet listed in APPENDED_ARGS lands at the end.
 ARG_NAMES: tuple[str, ...] = (

@@ -20,7 +20,8 @@ the one below. Element ids (for javascript/ and style.css): every item gets `Scr
     ratio, max_downsample, sx, sy, mode
                        the main controls
     advanced           the "Advanced" accordion holding:
-    use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio, share_plan
+    use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio, share_plan,
+    mlp_min_downsample
     hires              txt2img only: the Hires fix pass group (container) holding:
     hr_mode            radio "Same as first pass" / "Own settings" / "Off" (values "same", "own", "off")
     hr_settings        the column shown only for "Own settings", holding:
@@ -284,16 +285,16 @@ def describe(config: TomeConfig) -> str:
     """What a config does, in a few words."""
     if config.is_noop:
         return "no merging"
-    if config.mode == "kv":
-        parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"]
-    else:
-        parts = []
-        kinds = [name for name, on in (("self", config.merge_attn), ("cross", config.merge_crossattn)) if on]
-        if kinds:
-            cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
-            parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
-        if config.merge_mlp:
-            parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP")
+    kv = config.mode == "kv"
+    parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"] if kv and config.merge_attn else []
+    kinds = [name for name, on in (("self", config.merge_attn and not kv), ("cross", config.merge_crossattn)) if on]
+    if kinds:
+        cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
+        parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
+    if config.merge_mlp:
+        where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
+        parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
+    if not kv:
         parts.append(f"strides {config.sx}\u00d7{config.sy}")
     parts.append(f"max downsample {config.max_downsample}")
     if config.share_plan:
@@ -308,7 +309,8 @@ def _custom_line(prefix: str, config: TomeConfig) -> tuple[str, bool]:
     if config.mode == "kv":
         if config.sx * config.sy == 1:
             return f"{prefix}strides 1\u00d71 pool nothing: no merging", False
-        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells (the ratio is unused)", False
+        unused = "" if config.ratios_by_kind else " (the ratio is unused)"
+        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}", False
     if config.is_capped:
         text = (
             f"{prefix}strides {config.sx}\u00d7{config.sy} cap the ratio at {config.max_ratio:.2f}:"
