@@ -83,6 +83,9 @@ class _Block:
     reached: set[str] = field(default_factory=set)
     applied: set[str] = field(default_factory=set)
     kinds: dict[str, str] = field(default_factory=dict)  # hooked module name -> ratio kind ("attn", "mlp", "kv")
+    # Set with the hooks: whether self-attention pools (kv), and the ratio of each kind this block merges.
+    pools: bool = False
+    ratios: dict[str, float] = field(default_factory=dict)
 
     def counts_reached(self) -> bool:
         return bool(self.planned) and set(self.kinds) <= self.reached
@@ -529,8 +532,10 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     state.blocks.append(slot)
     handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
     handles.append(block.register_forward_hook(_block_post_hook(slot)))
+    slot.kinds = {name: kind for name, _, kind in modules}
+    slot.pools = "kv" in slot.kinds.values()
+    slot.ratios = {kind: r for kind, r in config.ratios_by_kind.items() if kind in slot.kinds.values()}
     for name, module, kind in modules:
-        slot.kinds[name] = kind
         if kind == "kv":
             handles.append(module.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
         else:
@@ -557,21 +562,17 @@ def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
         config = state.config
         if not config.merges_level(level, state.auto_levels):
             return
-        if "kv" in slot.kinds.values():
-            slot.grid = (h, w)
-            slot.planned += 1
-            slot.wanted.add("attn1")
-        slot.tokens = tokens
         num_dst = (h // config.sy) * (w // config.sx)
-        kinds = set(slot.kinds.values())
-        removed = {
-            kind: min(int(tokens * ratio), tokens - num_dst)
-            for kind, ratio in config.ratios_by_kind.items()
-            if kind in kinds
-        }
-        if num_dst == 0 or all(r <= 0 for r in removed.values()):
+        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in slot.ratios.items()}
+        merges = num_dst > 0 and any(r > 0 for r in removed.values())
+        if slot.pools:
+            slot.grid = (h, w)
+            slot.wanted.add("attn1")
+        if slot.pools or merges:
+            slot.planned += 1
+        if not merges:
             return
-        slot.planned += slot.grid is None
+        slot.tokens = tokens
         slot.wanted.update(name for name, kind in slot.kinds.items() if removed.get(kind, 0) > 0)
         shared = state.stack_plans.get(slot.stack) if config.share_plan and not slot.first_in_stack else None
         if shared is not None and shared[0] == tokens:

@@ -161,7 +161,7 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
             differs = first is not None and value != getattr(first, name)
             # An optional field the first pass set and the hires pass leaves unset is written as "None", which
             # reads back as None: otherwise pasting would give the hires pass the first pass's value.
-            if (value is not None and (always or first is None or differs)) or (value is None and differs):
+            if differs or (value is not None and (always or first is None)):
                 out[HIRES_KEYS[name]] = format_value(value)
     return out
 
