@@ -515,17 +515,18 @@ def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
     if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
         return
     modules: list[tuple[str, nn.Module, str]] = []  # (name, module, kind) to hook
-    self_attends = not getattr(block, "disable_self_attn", False) and not getattr(block, "only_cross_attention", False)
-    if config.mode == "kv" and config.merge_attn and self_attends:
-        modules.append(("attn1", block.attn1, "kv"))
     for name, flag, kind in _TARGETS:
         module = getattr(block, name, None)
-        if name == "attn1" and config.mode == "kv":
+        if not (getattr(config, flag) and isinstance(module, nn.Module)):
             continue
         if kind == "mlp" and slot.level < config.mlp_min_downsample:
             continue
-        if getattr(config, flag) and isinstance(module, nn.Module):
-            modules.append((name, module, kind))
+        if name == "attn1" and config.mode == "kv":
+            # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
+            if getattr(block, "disable_self_attn", False) or getattr(block, "only_cross_attention", False):
+                continue
+            kind = "kv"
+        modules.append((name, module, kind))
     if not modules:
         return
     handles = state.handles

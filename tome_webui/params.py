@@ -22,10 +22,11 @@ Positional form
 
     img2img has no Hires fix pass group: its args are the txt2img order without the hires ones
     (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset,
-    mlp_min_downsample), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for the missing tail, except that a missing `preset`
-    or `hr_preset` means "custom": a list written before presets existed keeps its meaning. (The WebUI fills
-    missing args with the UI defaults itself, where the speed selectors start at `tome_core.DEFAULT_PRESET`; the
-    API check in `tome_webui.api` pads such a list with "custom" before the WebUI sees it.)
+    mlp_min_downsample), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for
+    the missing tail, except that a missing `preset` or `hr_preset` means "custom": a list written before presets
+    existed keeps its meaning. (The WebUI fills missing args with the UI defaults itself, where the speed selectors
+    start at `tome_core.DEFAULT_PRESET`; the API check in `tome_webui.api` pads such a list with "custom" before
+    the WebUI sees it.)
     With a preset other than "custom", the detailed settings in the list (the fields; in own hires mode also
     hr_ratio ... hr_sy with an hr_preset other than "custom") are not used.
 
