@@ -232,6 +232,12 @@ def plan(m: Match, r: int) -> tuple[Merge, Merge]:
     Returns:
         merge: [B, N, C] -> [B, N - r, C], averaging merged sources into their destination.
         unmerge: [B, N - r, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
+
+    On CUDA, merge sums with `index_add_`, whose atomic adds land in no fixed order: a destination that takes
+    two or more sources can differ in its last bits between two runs of the same input, so images reproduce up
+    to float rounding, not bitwise. Under `torch.use_deterministic_algorithms(True)` PyTorch runs `index_add_`
+    on CUDA as a sorted `index_put_(accumulate=True)` instead: bitwise repeatable, at the cost of a sort and a
+    copy of the input per merge. (The counts are sums of ones, exact in any order.)
     """
     layout = m.part.layout
     B, N = m.order.shape
@@ -247,13 +253,20 @@ def plan(m: Match, r: int) -> tuple[Merge, Merge]:
     row.scatter_(1, kept, layout.arange[num_dst:rows].expand(B, num_unm))
     row.scatter_(1, merged, m.into.gather(1, merged))
     flat = (row + layout.batch_offsets(B, rows)).view(-1)  # [B*N] rows of the flattened [B*(N-r)] output
-    inv_count = torch.zeros(B * rows, device=row.device).index_add_(0, flat, layout.ones(B * N, torch.float32))
-    inv_count = inv_count.reciprocal_().unsqueeze(-1)  # [B*(N-r), 1]
+    # Counted in float32 (bf16 stops counting at 256); each dtype merged in gets 1/count from one reciprocal
+    # written straight into that dtype, the float32 result rounded once, and kept with the plan: the blocks of a
+    # stack and the attention and MLP of a block merge with one plan, and none pays a conversion.
+    count = torch.zeros(B * rows, device=row.device).index_add_(0, flat, layout.ones(B * N, torch.float32))
+    count = count.unsqueeze(-1)  # [B*(N-r), 1]
+    inv_counts: dict[torch.dtype, torch.Tensor] = {}  # dtype -> [B*(N-r), 1]
 
     def merge(x: torch.Tensor) -> torch.Tensor:
         C = x.shape[-1]
+        inv_count = inv_counts.get(x.dtype)
+        if inv_count is None:
+            inv_count = inv_counts[x.dtype] = torch.reciprocal(count, out=count.new_empty(count.shape, dtype=x.dtype))
         out = x.new_zeros(B * rows, C).index_add_(0, flat, x.reshape(B * N, C))
-        return out.mul_(inv_count if x.dtype == torch.float32 else inv_count.to(x.dtype)).view(B, rows, C)
+        return out.mul_(inv_count).view(B, rows, C)
 
     def unmerge(x: torch.Tensor) -> torch.Tensor:
         C = x.shape[-1]

@@ -465,13 +465,22 @@ def _timestep_value(timestep: Any) -> float:
 
 
 def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
-    """[1] int64 on `device`: the timestep x 1000, computed on the device (never read back)."""
+    """[1] int64 on `device`: the call's (first) timestep x 1000, truncated; derived on the device, never read back.
+
+    One value gives one key whatever the timestep's dtype: it is widened to float32 before scaling (x 1000 in
+    fp16 overflows past a timestep of 65.5, in bf16 it rounds). float32 holds every fp16 and bf16 value and every
+    integer below 2**24 exactly and rounds the product the same on every device; float64 would not run on MPS.
+    A value a dtype cannot hold is rounded by whoever made the tensor (bf16 makes 999 into 1000), and keys as
+    that value. A host timestep is copied without blocking: a blocking copy would wait for the device's stream.
+    """
     if state.key is None or state.key.device != device:
         t = state.timestep
         if isinstance(t, torch.Tensor) and t.numel():
-            state.key = (t.reshape(-1)[:1].to(device) * 1000).long()
+            wide = t.reshape(-1)[:1].to(device, torch.float32, non_blocking=True)
         else:
-            state.key = torch.full((1,), int(float(t or 0) * 1000), dtype=torch.int64, device=device)
+            value = 0.0 if t is None or isinstance(t, torch.Tensor) else float(t)
+            wide = torch.full((1,), value, dtype=torch.float32, device=device)  # a fill: no copy at all
+        state.key = (wide * 1000).long()  # not in place: `wide` may be the caller's own tensor
     return state.key
 
 
