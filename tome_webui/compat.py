@@ -75,9 +75,11 @@ def loaded_models() -> Iterator[Any]:
     """Every model the WebUI holds (current and cached), without loading one if none is loaded."""
     from modules import sd_models
 
-    cached = getattr(getattr(sd_models, "model_data", None), "loaded_sd_models", None) or ()
+    data = getattr(sd_models, "model_data", None)
+    cached = getattr(data, "loaded_sd_models", None) or ()
+    refiner = getattr(data, "sd_refiner", None)  # SD.Next keeps its refiner pipeline beside the model
     seen: set[int] = set()
-    for model in (current_model(), *cached):
+    for model in (current_model(), refiner, *cached):
         if model is not None and id(model) not in seen:
             seen.add(id(model))
             yield model

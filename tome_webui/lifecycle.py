@@ -22,11 +22,16 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
   merged with what its config selects (`tome_webui.report`) and write `ToMe note` when they differ (another
   extension replaced the attention, a compiled UNet, a model without a UNet, ...).
 * `postprocess`: remove every patch this script instance applied.
-* Also removed: on `on_model_loaded` (the model object may be reused for another checkpoint; the next pass hook
-  re-applies) and `on_script_unloaded` (Reload UI).
+* Also removed: on SD.Next's `on_after_process` (it skips `postprocess` after an interrupt), on `on_model_loaded`
+  (the model object may be reused for another checkpoint; the next pass hook re-applies) and `on_script_unloaded`
+  (Reload UI).
 
-Hosts: the model object is handed to its host adapter (`tome_webui.hosts`: A1111, or Forge 2 / reForge / Forge
-Classic) for its UNet module and the built-in token merging; patches are applied to the UNet module itself.
+Hosts: the model object is handed to its host adapter (`tome_webui.hosts`: A1111, Forge 2 / Forge Neo / reForge /
+Forge Classic, SD.Next) for its UNet module and the built-in token merging; patches are applied to the UNet module
+itself. A host that fires no per-step callback (SD.Next: no `on_cfg_denoiser`, no `before_hr` and no
+`process_before_every_sampling`) gets its first pass from `process_batch`, and the adapter's `watch` runs
+`on_unet_call` before every call of each loaded model's UNet: it starts the next pass when `p.is_hr_pass` changes
+(hires) or another UNet runs (a refiner), and otherwise does what `on_cfg_denoiser` does.
 
 Errors: callbacks swallow exceptions, so nothing here raises for bad input. Invalid args leave ToMe off and write
 `ToMe error` into the infotext (and the API's `info`); the API middleware (`tome_webui.api`) refuses invalid
@@ -45,7 +50,7 @@ from torch import nn
 
 import tome_core
 from tome_webui import compat, infotext, report
-from tome_webui.hosts import host_of, unet_of
+from tome_webui.hosts import Removable, host_of, unet_of
 from tome_webui.params import TomeArgsError, TomeJob, resolve
 
 log = logging.getLogger("tome")
@@ -69,6 +74,7 @@ class Run:
     pass_name: str | None = None  # the pass now sampling
     pass_unet: nn.Module | None = None
     pass_steps: int = 0
+    watched: set[int] = field(default_factory=set)  # ids of the UNets whose calls the host adapter watches
 
 
 class Runtime:
@@ -76,11 +82,18 @@ class Runtime:
 
     def __init__(self) -> None:
         self.patched: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self.watches: list[Removable] = []  # the host adapter's per-call hooks (SD.Next)
+
+    def unwatch(self) -> None:
+        for handle in self.watches:
+            handle.remove()
+        self.watches.clear()
 
     # ------------------------------------------------------------------------------------------ hooks
 
     def before_process(self, p: Any, args: Sequence[Any], *, is_img2img: bool) -> None:
         remove_patches((*self.patched, *loaded_unets()))
+        self.unwatch()  # an interrupted generation skips `postprocess` in SD.Next
         p.tome_run = None
         extra = getattr(p, "extra_generation_params", None) or {}
         ours: dict[str, str] = {}
@@ -92,7 +105,7 @@ class Runtime:
         if job is not None:
             with_hires = not is_img2img and bool(getattr(p, "enable_hr", False))
             ours = infotext.entries(job, with_hires=with_hires)
-            if switch_off_builtin(p, is_img2img=is_img2img):
+            if host_of(compat.current_model()).switch_off_builtin(p, is_img2img=is_img2img):
                 ours[infotext.BUILTIN_KEY] = "disabled"
             p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p), is_img2img=is_img2img, with_hires=with_hires)
         if ours or any(key in infotext.ALL_KEYS for key in extra):
@@ -153,6 +166,7 @@ class Runtime:
         if run is None:
             return
         remove_patches((*self.patched, unet_of(p.sd_model)))
+        self.unwatch()
         restore = getattr(p, "tome_builtin_restore", None)
         if restore:
             options = compat.opts()
@@ -167,6 +181,19 @@ class Runtime:
         finish_pass(run)
         unet = ensure(p, run, is_hr_pass=is_hr_pass, new_pass=True)
         start_pass(run, pass_name(run, is_hr_pass=is_hr_pass), unet)
+        self._watch(p, run)
+
+    def _watch(self, p: Any, run: Run) -> None:
+        """Where the host asks for it, watch the calls of every loaded model's UNet (once per generation)."""
+        owner = weakref.ref(p)
+        for model in compat.loaded_models():
+            unet = unet_of(model)
+            if unet is None or id(unet) in run.watched:
+                continue
+            run.watched.add(id(unet))
+            handle = host_of(model).watch(unet, lambda model=model: on_unet_call(owner, model))
+            if handle is not None:
+                self.watches.append(handle)
 
 
 def record_values(p: Any, run: Run) -> None:
@@ -208,12 +235,13 @@ def finish_pass(run: Run) -> None:
         run.reports[name] = new
 
 
-def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False) -> nn.Module | None:
-    """Make the current model carry the config of the pass that runs (or no patch when that pass does not merge).
+def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False, model: Any = None) -> nn.Module | None:
+    """Make the current model (or `model`) carry the config of the pass that runs (or no patch when that pass does
+    not merge).
 
     Returns the UNet that carries the pass's config, or None when this pass does not merge.
     """
-    model = p.sd_model
+    model = p.sd_model if model is None else model
     host = host_of(model)
     if host.is_placeholder(model):
         return None
@@ -275,46 +303,6 @@ def remove_patches(unets: Iterable[nn.Module | None]) -> None:
             tome_core.remove_patch(unet)
 
 
-def switch_off_builtin(p: Any, *, is_img2img: bool) -> bool:
-    """Set the built-in token merging ratios to 0 for this job; True if it would have merged.
-
-    Only done when the built-in would run. The settings are overridden on a copy of `p.override_settings` (XYZ
-    cells share the dict); with `override_settings_restore_afterwards` off, the WebUI keeps overrides, so the
-    settings are put back in `postprocess` (for options present in `opts.data`; an absent one stays at its
-    default 0). Ratios set on `p` itself (which the WebUI reads first) are set to 0 on `p`.
-    """
-    overrides = dict(getattr(p, "override_settings", None) or {})
-
-    def number(raw: Any, what: str) -> float:
-        try:
-            return float(raw or 0)
-        except (TypeError, ValueError):
-            log.debug("ToMe: unreadable %s=%r", what, raw)
-            return 0.0
-
-    def setting(key: str) -> float:
-        return number(overrides[key] if key in overrides else compat.option(key, 0), key)
-
-    own = {attr: number(getattr(p, attr, 0), attr) for attr in compat.BUILTIN_RATIO_ATTRS}
-    ratio, ratio_hr, ratio_img2img = (setting(key) for key in compat.BUILTIN_RATIO_KEYS)
-    ratio = ratio or own["token_merging_ratio"]
-    ratio_hr = ratio_hr or own["token_merging_ratio_hr"]
-    if is_img2img:
-        active = ratio_img2img > 0 or ratio > 0
-    else:
-        active = ratio > 0 or (bool(getattr(p, "enable_hr", False)) and ratio_hr > 0)
-    if not active:
-        return False
-    if not getattr(p, "override_settings_restore_afterwards", True):
-        data = compat.opts().data
-        p.tome_builtin_restore = {key: data[key] for key in compat.BUILTIN_RATIO_KEYS if key in data}
-    p.override_settings = {**overrides, **dict.fromkeys(compat.BUILTIN_RATIO_KEYS, 0)}
-    for attr, value in own.items():
-        if value:
-            setattr(p, attr, 0)
-    return True
-
-
 # ---------------------------------------------------------------------------------------------- callbacks
 
 
@@ -335,6 +323,34 @@ def on_cfg_denoiser(params: Any) -> None:
         run.pass_steps += 1
     if unet is not None and tome_core.is_patched(unet):
         tome_core.set_step(unet, params.sampling_step, params.total_sampling_steps)
+
+
+def on_unet_call(owner: weakref.ReferenceType[Any], model: Any) -> None:
+    """Before each call of a watched UNet (`model`'s): a new pass starts when `p.is_hr_pass` changed or another UNet
+    runs than the pass's (a refiner); otherwise make sure the model still carries the pass's config."""
+    p = owner()
+    run = run_of(p) if p is not None else None
+    if run is None:
+        return
+    is_hr_pass = bool(getattr(p, "is_hr_pass", False))
+    name = pass_name(run, is_hr_pass=is_hr_pass)
+    unet = unet_of(model)
+    if name != run.pass_name or (unet is not run.pass_unet and run.job.may_merge(is_hr_pass)):
+        finish_pass(run)
+        start_pass(run, name, ensure(p, run, is_hr_pass=is_hr_pass, new_pass=True, model=model))
+    else:
+        ensure(p, run, is_hr_pass=is_hr_pass, model=model)
+    run.pass_steps += 1
+
+
+def on_after_process(p: Any) -> None:
+    """SD.Next's `on_after_process`, which fires even when the generation was interrupted or failed (it then skips
+    `postprocess`): leave no patch and no watch behind."""
+    run = run_of(p)
+    if run is None:
+        return
+    remove_patches((*run.runtime.patched, *loaded_unets()))
+    run.runtime.unwatch()
 
 
 def on_model_loaded(sd_model: Any) -> None:

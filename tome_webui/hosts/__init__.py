@@ -5,6 +5,9 @@ reaches its UNet module and how the host's built-in token merging shows on it:
 
 * `a1111`: AUTOMATIC1111 1.6-1.10 (and SD.Next's original backend): the UNet at `sd_model.model.diffusion_model`;
   the built-in is tomesd, recorded as `sd_model.applied_token_merged_ratio`.
+* `sdnext`: SD.Next: a diffusers pipeline with the UNet at `pipeline.unet`; the built-in is tomesd or ToDo, chosen by
+  the `token_merging_method` setting. SD.Next fires no per-step script callback, so its adapter watches the UNet's
+  calls (`watch`) to see the passes after the first.
 * `forge`: Forge 2 (`backend/`, `sd_model.forge_objects.unet.model.diffusion_model`), and the forks on Forge 1's
   `ldm_patched` (reForge, Forge Classic), whose models carry `forge_objects` too. The built-in is a pair of
   attn1 patches of a `TomePatcher` in the UNet patcher's `model_options`, added afresh before every sampling.
@@ -15,11 +18,17 @@ hires checkpoint) is handled per model. The algorithm never lives here: adapters
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from torch import nn
 
-from tome_webui.hosts import a1111, forge
+from tome_webui.hosts import a1111, forge, sdnext
+
+
+class Removable(Protocol):
+    def remove(self) -> None:
+        """Undo what was added."""
 
 
 class Host(Protocol):
@@ -39,10 +48,19 @@ class Host(Protocol):
     def remove_builtin(self, model: Any) -> bool:
         """Take the built-in token merging off `model` for this pass; False when the host cannot."""
 
+    def switch_off_builtin(self, p: Any, *, is_img2img: bool) -> bool:
+        """Switch the built-in token merging off for the generation `p` (before it starts); True if it was on."""
+
+    def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> Removable | None:
+        """Run `on_call()` before each call of `unet`, for a host that fires no script callback per sampler step
+        (the lifecycle then sees passes and model swaps from there); None when the host's callbacks suffice."""
+
 
 def host_of(model: Any) -> Host:
     """The adapter for a model object."""
-    return forge.HOST if forge.owns(model) else a1111.HOST
+    if forge.owns(model):
+        return forge.HOST
+    return sdnext.HOST if sdnext.owns(model) else a1111.HOST
 
 
 def unet_of(model: Any) -> nn.Module | None:
@@ -50,4 +68,4 @@ def unet_of(model: Any) -> nn.Module | None:
     return None if model is None else host_of(model).unet(model)
 
 
-__all__ = ["Host", "a1111", "forge", "host_of", "unet_of"]
+__all__ = ["Host", "Removable", "a1111", "forge", "host_of", "sdnext", "unet_of"]

@@ -12,9 +12,12 @@ built-in token merging adds `TomePatcher` functions as attn1 patches to it; they
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
+
+from tome_webui.hosts import a1111
 
 #: Class names of the object Forge 2 holds as `sd_model` before the first checkpoint is loaded.
 PLACEHOLDERS: frozenset[str] = frozenset({"FakeInitialModel"})
@@ -68,6 +71,12 @@ class ForgeHost:
                 del patches[name]
         model.forge_objects.unet = clone
         return not self.builtin_applied(model)
+
+    def switch_off_builtin(self, p: Any, *, is_img2img: bool) -> bool:
+        return a1111.switch_off_builtin(p, is_img2img=is_img2img)  # the same settings as A1111
+
+    def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> None:
+        return None  # `on_cfg_denoiser` fires before every UNet evaluation
 
 
 HOST = ForgeHost()
