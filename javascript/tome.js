@@ -1,11 +1,21 @@
-// sd-webui-tome: hover hints, the Hires fix pass group's visibility and a live token count for the ToMe accordion.
-// With a speed preset, the token count is shown per model family (SD1/SD2, SDXL) from the configs the Python side
-// puts on the note under the speed selector (`data-tome-first`, `data-tome-hires` on its div.tome-cap-note).
+// sd-webui-tome: hover hints, the Hires fix pass group's visibility, and the page values behind the token hint of
+// the ToMe accordion.
+//
+// The token hint itself is made in Python (tome_webui/ui.py, token_hint_html): tome_core counts the tokens, so no
+// figure or rule of the merging is restated here. What Python cannot see is the WebUI's own controls (the image
+// size, Hires fix and its upscale), so this script writes them as JSON into the accordion's hidden `page_values`
+// textbox whenever one of them changes; gradio then sends them with the ToMe controls to the note's handler.
+//
+// No timers: everything reacts to events. The page values are sent once an edit ends (a DOM `change`, an `input`
+// from a script, a ToMe control's gradio change while the user is not typing into it), so the server sees one
+// request per edit, not one per keystroke or slider step; and sent again when gradio dropped the last send
+// (see onNoteUpdate).
 //
 // The WebUI loads every extension's javascript/*.js as a classic script into one global scope, so everything here
-// lives in this IIFE and nothing is added to `window`. It uses only the WebUI globals gradioApp() and onUiLoaded()
-// (script.js), and reads the controls by the ids the Python side gives them: `script_<tab>_tome_<item>`
-// (tome_webui/ui.py, ELEM_ITEMS) and the WebUI's own `<tab>_width`, `<tab>_height`, `txt2img_hr`, `txt2img_hr_*`.
+// lives in this IIFE and nothing is added to `window`. It uses only the WebUI globals gradioApp(), onUiLoaded()
+// (script.js) and updateInput() (ui.js), and reads the controls by the ids the Python side gives them:
+// `script_<tab>_tome_<item>` (tome_webui/ui.py, ELEM_ITEMS) and the WebUI's own `<tab>_width`, `<tab>_height`,
+// `txt2img_hr`, `txt2img_hr_*`.
 (function() {
     'use strict';
 
@@ -22,17 +32,6 @@
             'detail of the final pass at its full cost.'
     };
 
-    var TOKEN_HINT_TITLE = 'Image tokens per attention layer, before and after merging, at the size set above ' +
-        '(latent = pixels / 8; level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max ' +
-        'downsample "auto" ToMe merges at 1/1 on SD1/SD2 and at 1/2 and 1/4 on SDXL; a preset has its own ' +
-        'settings per model. The browser cannot tell which model is loaded, so both are shown.';
-
-    // The levels that hold attention, per model family, and the ones max downsample "auto" picks there
-    // (tome_core's auto_levels: the first level with attention, plus deeper ones holding more transformer blocks).
-    var FAMILIES = [['sd', 'SD1/SD2'], ['sdxl', 'SDXL']];
-    var ATTENTION_LEVELS = {sd: [1, 2, 4, 8], sdxl: [2, 4]};
-    var AUTO_LEVELS = {sd: [1], sdxl: [2, 4]};
-
     function app() {
         return gradioApp();
     }
@@ -45,20 +44,12 @@
         return el('script_' + tab + '_tome_' + item);
     }
 
+    // A number control's value; null where the page has no such control or it holds no number.
     function numberOf(id) {
         // gradio 3 sliders hold a number box and a range; the number box comes first.
         var input = app().querySelector('#' + id + ' input[type=number]') || app().querySelector('#' + id + ' input');
-        return input ? parseFloat(input.value) : NaN;
-    }
-
-    function radioOf(id) {
-        var input = app().querySelector('#' + id + ' input:checked');
-        return input ? input.value : null;
-    }
-
-    function checkedOf(id) {
-        var input = app().querySelector('#' + id + ' input');
-        return input ? input.checked : null;
+        var value = input ? parseFloat(input.value) : NaN;
+        return isNaN(value) ? null : value;
     }
 
     // ------------------------------------------------------------------------------------------- hover hints
@@ -108,258 +99,155 @@
         }
     }
 
-    // ------------------------------------------------------------------------------------------ token hint
+    // ------------------------------------------------------------------------------------------ page values
 
-    // Tokens at one UNet level (its latent is ceil(h / level) by ceil(w / level): the UNet's stride-2 convolutions
-    // round up), before and after, exactly as tome_core.patch.describe() counts them:
-    // merge mode keeps N - min(int(N * r), N - (h // sy) * (w // sx)) with r capped at 1 - 1/(sx*sy);
-    // kv mode keeps every query and attends to ceil(h/sy) * ceil(w/sx) pooled keys/values.
-    function levelTokens(latH, latW, level, cfg) {
-        var h = Math.ceil(latH / level);
-        var w = Math.ceil(latW / level);
-        var n = h * w;
-        if (!cfg.merges) {
-            return [n, n];
+    // The WebUI's own controls each tab's token hint depends on.
+    var PAGE_CONTROLS = {
+        txt2img: ['txt2img_width', 'txt2img_height', 'txt2img_hr', 'txt2img_hr-checkbox', 'txt2img_enable_hr',
+            'txt2img_hr_scale', 'txt2img_hr_resize_x', 'txt2img_hr_resize_y'],
+        img2img: ['img2img_width', 'img2img_height']
+    };
+
+    // How many times page values were sent, and the number of each tab's last send: part of the values, so that
+    // every send is a change gradio acts on, and echoed by the hint (`data-tome-send`) that answers it.
+    var sends = 0;
+    var lastSend = {};
+
+    // The values as tome_webui/ui.py's PageValues reads them.
+    function pageValues(tab) {
+        var values = {width: numberOf(tab + '_width'), height: numberOf(tab + '_height')};
+        if (tab === 'txt2img') {
+            values.hires = hiresOn();
+            values.hr_scale = numberOf('txt2img_hr_scale');
+            values.hr_resize_x = numberOf('txt2img_hr_resize_x');
+            values.hr_resize_y = numberOf('txt2img_hr_resize_y');
         }
-        if (cfg.mode === 'kv') {
-            return [n, Math.ceil(h / cfg.sy) * Math.ceil(w / cfg.sx)];
-        }
-        var ratio = Math.min(cfg.ratio, 1 - 1 / (cfg.sx * cfg.sy));
-        return [n, n - Math.min(Math.floor(n * ratio), n - Math.floor(h / cfg.sy) * Math.floor(w / cfg.sx))];
+        sends += 1;
+        values.send = lastSend[tab] = sends;
+        return JSON.stringify(values);
     }
 
-    function describe(width, height, cfg) {
-        if (!(width > 0 && height > 0 && cfg.ratio >= 0 && cfg.sx >= 1 && cfg.sy >= 1)) {
-            return '';
-        }
-        // The WebUI's latent is pixels // 8 (a hires size kept to the aspect ratio need not divide by 8).
-        var latH = Math.floor(height / 8);
-        var latW = Math.floor(width / 8);
-        var unit = cfg.mode === 'kv' ? ' keys/values' : ' tokens';
-        var list = function(levels, withUnit) {
-            return levels.map(function(level, i) {
-                var t = levelTokens(latH, latW, level, cfg);
-                return t[0] + ' \u2192 ' + t[1] + (withUnit && i === 0 ? unit : '') + ' at 1/' + level;
-            }).join(', ');
-        };
-        if (cfg.maxDownsample === 'auto') {
-            // Which levels "auto" merges depends on the model, which the page cannot see (tome_core's auto_levels:
-            // the first level with attention, plus deeper ones holding more transformer blocks). SD1/SD2: 1/1.
-            // SDXL has no attention at 1/1 and 60 of its 70 blocks at 1/4: 1/2 and 1/4.
-            return list([1], true) + ' (SDXL: ' + list([2, 4], false) + ')';
-        }
-        // An explicit max downsample merges every level down to it that has attention (on SD1 all of them).
-        return list([1, 2, 4, 8].filter(function(level) {
-            return level <= parseInt(cfg.maxDownsample, 10);
-        }), true);
+    function pageValuesBox(tab) {
+        return app().querySelector('#script_' + tab + '_tome_page_values textarea') ||
+            app().querySelector('#script_' + tab + '_tome_page_values input');
     }
 
-    // One pass of a preset, per model family: "SD1/SD2: 4096 -> 2048 tokens at 1/1; SDXL: ...", each family with
-    // its own config (`configs`: family -> config, from the note).
-    function describeFamilies(width, height, configs) {
-        if (!(width > 0 && height > 0)) {
-            return '';
-        }
-        var latH = Math.floor(height / 8);
-        var latW = Math.floor(width / 8);
-        return FAMILIES.map(function(family) {
-            var cfg = configs[family[0]];
-            if (!cfg) {
-                return null;
-            }
-            var levels = cfg.maxDownsample === 'auto' ? AUTO_LEVELS[family[0]] : ATTENTION_LEVELS[family[0]].filter(
-                function(level) {
-                    return level <= parseInt(cfg.maxDownsample, 10);
-                });
-            var unit = cfg.mode === 'kv' ? ' keys/values' : ' tokens';
-            var text = levels.map(function(level, i) {
-                var t = levelTokens(latH, latW, level, cfg);
-                return t[0] + ' \u2192 ' + t[1] + (i === 0 ? unit : '') + ' at 1/' + level;
-            }).join(', ');
-            return family[1] + ': ' + (text || 'no attention at these levels');
-        }).filter(Boolean).join('; ');
-    }
-
-    // The per-family configs the note holds for a pass ('first' or 'hires'), or null when that pass uses the
-    // controls (Custom). `undefined` while the note has not caught up with the speed selectors yet.
-    function noteConfigs(tab, pass) {
-        var note = app().querySelector('#script_' + tab + '_tome_cap_note .tome-cap-note');
-        if (!note) {
-            return null;
-        }
-        // The note names the selectors it was made for: until it matches them, its configs are another choice's.
-        var selectors = tab === 'txt2img' ? ['preset', 'hr_mode', 'hr_preset'] : ['preset'];
-        var stale = selectors.some(function(item) {
-            var value = radioOf('script_' + tab + '_tome_' + item);
-            return value !== null && note.getAttribute('data-tome-' + item.replace('_', '-')) !== value;
-        });
-        if (stale) {
-            return undefined;
-        }
-        var raw = note.getAttribute('data-tome-' + pass);
-        if (!raw) {
-            return null;
-        }
-        try {
-            return JSON.parse(raw);
-        } catch (e) {
-            return undefined;
+    // Hand the values to gradio: the change of the hidden textbox runs the note's handler with every ToMe control.
+    function sendPageValues(tab) {
+        var box = pageValuesBox(tab);
+        if (box) {
+            box.value = pageValues(tab);
+            updateInput(box);
         }
     }
 
-    // The settings a pass merges with, read from the controls; `hr` is '' (first pass) or 'hr_' (own hires).
-    function readConfig(tab, hr) {
-        var id = function(item) {
-            return 'script_' + tab + '_tome_' + item;
-        };
-        var targets = ['merge_attn', 'merge_crossattn', 'merge_mlp'].map(function(item) {
-            return checkedOf(id(item));
-        });
-        var mode = radioOf(id('mode')) || 'merge';
-        return {
-            ratio: numberOf(id(hr + 'ratio')),
-            sx: numberOf(id(hr + 'sx')),
-            sy: numberOf(id(hr + 'sy')),
-            maxDownsample: radioOf(id(hr + 'max_downsample')) || 'auto',
-            mode: mode,
-            // Unknown (null) counts as merging; kv mode only uses self-attention.
-            merges: mode === 'kv' ? targets[0] !== false : targets.some(function(on) {
-                return on !== false;
-            })
-        };
-    }
-
-    // The size of the Hires fix pass, as the WebUI's StableDiffusionProcessingTxt2Img computes it: "Upscale by"
-    // unless "Resize width/height to" is set; with both set, the image is cropped to exactly that size.
-    function hiresSize(width, height) {
-        var scale = numberOf('txt2img_hr_scale');
-        var rx = numberOf('txt2img_hr_resize_x') || 0;
-        var ry = numberOf('txt2img_hr_resize_y') || 0;
-        if (rx && ry) {
-            return [rx, ry];
-        }
-        if (rx) {
-            return [rx, Math.floor(rx * height / width)];
-        }
-        if (ry) {
-            return [Math.floor(ry * width / height), ry];
-        }
-        return [Math.floor(width * scale), Math.floor(height * scale)];
-    }
-
-    function hintLines(tab) {
-        var width = numberOf(tab + '_width');
-        var height = numberOf(tab + '_height');
-        var first = readConfig(tab, '');
-        var firstConfigs = noteConfigs(tab, 'first');
-        if (firstConfigs === undefined) {
-            return null; // a preset was just chosen: wait for its note
-        }
-        var lines = [firstConfigs ? describeFamilies(width, height, firstConfigs) : describe(width, height, first)];
-        if (tab === 'txt2img' && hiresOn()) {
-            var mode = radioOf('script_txt2img_tome_hr_mode') || 'same';
-            var size = hiresSize(width, height);
-            var label = 'Hires pass (' + size[0] + '\u00d7' + size[1] + '): ';
-            if (!(size[0] > 0 && size[1] > 0)) {
-                return lines.filter(Boolean); // no Hires fix size controls on this page
-            }
-            var hiresConfigs = noteConfigs(tab, 'hires');
-            if (hiresConfigs === undefined) {
-                return null;
-            }
-            if (mode === 'off') {
-                lines.push(label + 'no merging');
-            } else if (hiresConfigs) {
-                lines.push(label + describeFamilies(size[0], size[1], hiresConfigs));
-            } else if (firstConfigs) {
-                // Own custom ratio, strides and max downsample over the first pass's preset, per family (read
-                // here, not from the note: a note made for a value typed half-way may arrive last).
-                var own = readConfig(tab, 'hr_');
-                var over = {};
-                Object.keys(firstConfigs).forEach(function(family) {
-                    over[family] = Object.assign({}, firstConfigs[family], {
-                        ratio: own.ratio, sx: own.sx, sy: own.sy, maxDownsample: own.maxDownsample
-                    });
-                });
-                lines.push(label + describeFamilies(size[0], size[1], over));
-            } else {
-                var cfg = mode === 'own' ? readConfig(tab, 'hr_') : first;
-                // The hires pass takes only ratio, strides and max downsample of its own; the rest is shared.
-                cfg.mode = first.mode;
-                cfg.merges = first.merges;
-                lines.push(label + describe(size[0], size[1], cfg));
-            }
-        }
-        return lines.filter(Boolean);
-    }
-
-    // The hint lives in the cap_note block (the HTML note under the accordion title). gradio re-renders only the
-    // note's inner .prose element on updates, so a node appended to the block itself stays.
-    function tokenHint(tab) {
+    // The note has been re-rendered. gradio drops an event while the same event's previous call is pending, so a
+    // send made while the last one was on its way never reaches the server: when the answer to an earlier send
+    // arrives, send again. Each answer leads to one send at most, and none once the last send is answered.
+    function onNoteUpdate(tab) {
         var hint = our(tab, 'token_hint');
-        var anchor = our(tab, 'cap_note');
-        if (!hint && anchor) {
-            hint = document.createElement('div');
-            hint.id = 'script_' + tab + '_tome_token_hint';
-            hint.className = 'tome-token-hint';
-            hint.title = TOKEN_HINT_TITLE;
-            // Inline style: the extension ships no style.css; these are gradio's theme variables.
-            hint.style.cssText = 'font-size: var(--text-sm); color: var(--body-text-color-subdued); margin-top: 0.25em;';
-            anchor.appendChild(hint);
+        var answered = hint ? parseInt(hint.getAttribute('data-tome-send'), 10) : NaN;
+        if (answered < lastSend[tab]) {
+            sendPageValues(tab);
         }
-        return hint;
     }
 
-    function syncTokenHint(tab) {
-        var hint = tokenHint(tab);
-        if (!hint) {
-            return;
-        }
-        var lines = hintLines(tab);
-        if (lines === null) {
-            return; // the note is being updated: keep the last text until the next refresh
-        }
-        // Write only on change: every DOM write wakes the WebUI's onUiUpdate callbacks of all extensions.
-        if (hint.dataset.text !== lines.join('\n')) {
-            hint.dataset.text = lines.join('\n');
-            hint.replaceChildren.apply(hint, lines.map(function(line) {
-                var div = document.createElement('div');
-                div.textContent = line;
-                return div;
-            }));
-        }
+    function within(target, ids) {
+        return !!(target && target.closest) && !!target.closest(ids.map(function(id) {
+            return '#' + id;
+        }).join(', '));
+    }
+
+    // The tab of the WebUI control `target` is in, among those the token hint depends on; else null.
+    function pageTab(target) {
+        var found = TABS.filter(function(tab) {
+            return within(target, PAGE_CONTROLS[tab]);
+        });
+        return found.length ? found[0] : null;
+    }
+
+    // The tab of the ToMe accordion `target` is in; else null.
+    function ownTab(target) {
+        var found = TABS.filter(function(tab) {
+            return within(target, ['script_' + tab + '_tome_enable']);
+        });
+        return found.length ? found[0] : null;
+    }
+
+    // A control that is edited over many `input` events (typing, dragging), each a gradio change, until its DOM
+    // `change` ends the edit.
+    function isTextLike(target) {
+        return target.tagName === 'TEXTAREA' ||
+            (target.tagName === 'INPUT' && ['number', 'range', 'text'].indexOf(target.type) !== -1);
     }
 
     // --------------------------------------------------------------------------------------------- wiring
 
-    function refresh() {
-        syncHiresGroup();
-        TABS.forEach(syncTokenHint);
+    var dirty = {};
+
+    // The tabs to refresh once the current event is over: after its other handlers, as gradio copies a slider's
+    // range to its number box and inputAccordion.js its visible checkbox to the hidden one in handlers of their
+    // own. A microtask, not a timer: it runs as soon as this event is done, and once for a burst of events.
+    function schedule(tab) {
+        var first = Object.keys(dirty).length === 0;
+        dirty[tab] = true;
+        if (first) {
+            queueMicrotask(function() {
+                var tabs = Object.keys(dirty);
+                dirty = {};
+                syncHiresGroup();
+                tabs.forEach(sendPageValues);
+            });
+        }
     }
 
-    var scheduled = false;
+    // A DOM event. WebUI controls: a user's `change` (the end of typing or dragging, a click) or an `input` from a
+    // script (the WebUI's updateInput(), inputAccordion.js); a user's `input` events come with every keystroke or
+    // slider step and wait for the `change` that ends the edit, so the server sees one request per edit.
+    // ToMe controls report their changes themselves (onChanged), except the end of typing or dragging.
+    function onEdit(event) {
+        var target = event.target;
+        if (event.type === 'input' && event.isTrusted) {
+            return;
+        }
+        var tab = pageTab(target);
+        if (tab === null) {
+            tab = ownTab(target);
+            if (tab === null || event.type !== 'change' || !isTextLike(target) || target === pageValuesBox(tab)) {
+                return;
+            }
+        }
+        schedule(tab);
+    }
 
-    // Deferred to after the event: a click on the Hires fix visible checkbox reaches this capturing listener
-    // before inputAccordion.js has copied it to the hidden checkbox we read.
-    function schedule() {
-        if (!scheduled) {
-            scheduled = true;
-            setTimeout(function() {
-                scheduled = false;
-                refresh();
-            }, 0);
+    // A ToMe control's value changed in gradio (tome_webui/ui.py, changed_js): clicked, set by a script or from
+    // Python (pasted infotext), or typed. While the user is still typing into or dragging a ToMe control, the DOM
+    // `change` that ends the edit follows (onEdit).
+    function onChanged(event) {
+        var tab = event.detail;
+        if (TABS.indexOf(tab) === -1) {
+            return;
+        }
+        var active = app().activeElement || document.activeElement;
+        if (!(active && ownTab(active) === tab && isTextLike(active))) {
+            schedule(tab);
         }
     }
 
     onUiLoaded(function() {
         TABS.forEach(applyHints);
-        refresh();
-        // User edits arrive as input/change events (updateInput() from other scripts too).
-        app().addEventListener('input', schedule, true);
-        app().addEventListener('change', schedule, true);
-        // Values set from Python (pasted infotext, ui-config, the dimension swap) change input properties without
-        // any event or DOM mutation, so a slow poll catches those; refresh() reads a few inputs and writes nothing
-        // unless the text changed.
-        setInterval(refresh, 1000);
+        syncHiresGroup();
+        TABS.forEach(sendPageValues);
+        app().addEventListener('input', onEdit);
+        app().addEventListener('change', onEdit);
+        document.addEventListener('tome_changed', onChanged);
+        TABS.forEach(function(tab) {
+            var note = our(tab, 'cap_note');
+            if (note) {
+                new MutationObserver(function() {
+                    onNoteUpdate(tab);
+                }).observe(note, {childList: true, subtree: true});
+            }
+        });
     });
 })();

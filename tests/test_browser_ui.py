@@ -2,9 +2,10 @@
 
 Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
 group shows only while the WebUI's Hires fix is on; the speed selectors show the detailed settings only for Custom;
-the live token hint matches `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as width, height
-and the settings change, for the first pass and the hires pass, with custom settings and with presets (per model
-family, from the configs the note carries).
+the token hint (made in Python from the page values tome.js sends) matches `tome_core.describe()` on the real SD1.5
+and SDXL UNet architectures as each control changes (width, height, Hires fix and its size, every ToMe setting
+and preset), for the first pass and the hires pass, with custom settings and with presets (per model family);
+tome.js starts no timer, and no interval runs on the page once it has loaded.
 
 Run:  .venv/bin/python -m pytest -m browser tests/test_browser_ui.py
 Needs Debian's chromium and chromium-driver (`bash .ci/install-browser.sh`) and selenium (requirements-dev.txt).
@@ -64,8 +65,8 @@ CHROMIUM_FLAGS = (
     # Offline and quick: every host but the page's fails at once (gradio's page asks a CDN for iframe-resizer).
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
-#: Elements that hold controls but are none themselves.
-CONTAINERS = frozenset({"cap_note", "custom", "advanced", "hires", "hr_settings", "hr_custom"})
+#: Elements that hold controls but are none themselves, and the hidden textbox tome.js writes the page values into.
+CONTAINERS = frozenset({"cap_note", "custom", "advanced", "hires", "hr_settings", "hr_custom", "page_values"})
 #: Controls that are not TomeConfig fields, and their hint texts (None: tome.js's own, at least 60 characters).
 OWN_HINTS: dict[str, str | None] = {
     "enable": None,
@@ -202,8 +203,12 @@ def title_of(driver: Any, css: str) -> str:
 
 
 def hint_lines(driver: Any, tab: str = "txt2img") -> list[str]:
-    text = driver.execute_script("return document.getElementById(arguments[0]).innerText", ours(tab, "token_hint"))
-    return [line for line in text.splitlines() if line.strip()]
+    """The token hint's lines (a div each; read as textContent, which a tab not shown has too)."""
+    return driver.execute_script(
+        "var hint = document.getElementById(arguments[0]);"
+        " return hint ? Array.from(hint.children).map(function(line) { return line.textContent; }) : [];",
+        ours(tab, "token_hint"),
+    )
 
 
 def type_number(driver: Any, elem_id: str, value: float) -> None:
@@ -274,8 +279,9 @@ def expected_families(width: int, height: int, configs: dict[str, TomeConfig]) -
     )
 
 
-def preset_configs(name: str, *, hires: bool = False) -> dict[str, TomeConfig]:
-    return {family: get_preset(name).config(family, hires=hires) for family in ("sd", "sdxl")}
+def preset_configs(name: str) -> dict[str, TomeConfig]:
+    """A preset per model family (the Hires fix pass runs the same values)."""
+    return {family: get_preset(name).config(family) for family in ("sd", "sdxl")}
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -377,11 +383,119 @@ def test_token_hint_follows_size_and_settings(page: Any) -> None:
     type_number(page, "img2img_height", 1024)
     wait_for("the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(512, 1024)])
 
-    # A value set from Python (pasted infotext, ui-config) changes the input without any event: the poll sees it.
-    page.execute_script("document.querySelector('#img2img_width input[type=number]').value = 1024")
+    # A value another script sets (the WebUI's width/height swap, a resolution picker) comes with updateInput().
+    page.execute_script(
+        "var box = document.querySelector('#img2img_width input[type=number]'); box.value = 1024; updateInput(box);"
+    )
     wait_for(
         "the img2img hint", lambda: hint_lines(page, "img2img"), lambda lines: lines == [expected_line(1024, 1024)]
     )
+    assert hint_lines(page)[0] == expected_line(768, 640, **first)  # txt2img keeps its own
+
+
+def test_token_hint_follows_every_control(page: Any) -> None:
+    """Each control the hint depends on, changed alone, with custom settings in both passes."""
+    toggle_accordion(page, ours("txt2img", "enable"), True)
+    click_radio(page, ours("txt2img", "preset"), "custom")
+    wait_for("the custom settings to show", lambda: displayed(page, ours("txt2img", "custom")), bool)
+    first: dict[str, Any] = {}
+    size = [512, 512]
+
+    def first_line_is_expected() -> None:
+        text = expected_line(*size, **first)
+        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+
+    for item, value, field in (("sy", 4, "sy"), ("sx", 1, "sx"), ("ratio", 0.6, "ratio")):
+        type_number(page, ours("txt2img", item), value)
+        first[field] = value
+        first_line_is_expected()
+    for item, value in (("max_downsample", "4"), ("mode", "kv"), ("max_downsample", "auto"), ("mode", "merge")):
+        click_radio(page, ours("txt2img", item), value)
+        first[item] = value if value in ("auto", "kv", "merge") else int(value)
+        first_line_is_expected()
+    page.find_element(By.CSS_SELECTOR, f"#{ours('txt2img', 'advanced')} .label-wrap").click()  # open "Advanced"
+    element(page, f"#{ours('txt2img', 'merge_attn')} input").click()  # nothing left to merge
+    wait_for("no merging", lambda: hint_lines(page)[0], lambda line: line == "no merging")
+    element(page, f"#{ours('txt2img', 'merge_attn')} input").click()
+    first_line_is_expected()
+
+    # Width and height by their range inputs too, as a drag ends: one change event.
+    page.execute_script(
+        "var range = document.querySelector('#txt2img_height input[type=range]'); range.value = 640;"
+        " range.dispatchEvent(new Event('input', {bubbles: true}));"
+        " range.dispatchEvent(new Event('change', {bubbles: true}));"
+    )
+    size[1] = 640
+    first_line_is_expected()
+
+    def hires_line_is(width: int, height: int, **values: Any) -> None:
+        text = f"Hires pass ({width}\u00d7{height}): {expected_line(width, height, **values)}"
+        wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
+
+    toggle_accordion(page, "txt2img_hr", True)
+    hires_line_is(1024, 1280, **first)  # "same": the first pass's settings at "Upscale by" 2
+    type_number(page, "txt2img_hr_scale", 1.5)
+    hires_line_is(768, 960, **first)
+    type_number(page, "txt2img_hr_resize_y", 1024)  # width follows the aspect ratio: 1024 * 512 // 640
+    hires_line_is(819, 1024, **first)
+    type_number(page, "txt2img_hr_resize_x", 1000)  # both set: exactly that size
+    hires_line_is(1000, 1024, **first)
+    click_radio(page, ours("txt2img", "hr_mode"), "own")
+    wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
+    click_radio(page, ours("txt2img", "hr_preset"), "custom")
+    wait_for("the own custom hires settings to show", lambda: displayed(page, ours("txt2img", "hr_custom")), bool)
+    own = {**first, "ratio": 0.5, "sx": 2, "sy": 2, "max_downsample": "auto"}  # the hires controls' defaults
+    hires_line_is(1000, 1024, **own)
+    for item, value in (("hr_sx", 4), ("hr_sy", 1), ("hr_ratio", 0.7)):
+        type_number(page, ours("txt2img", item), value)
+        own[item[3:]] = value
+        hires_line_is(1000, 1024, **own)
+    click_radio(page, ours("txt2img", "hr_max_downsample"), "2")
+    own["max_downsample"] = 2
+    hires_line_is(1000, 1024, **own)
+    click_radio(page, ours("txt2img", "hr_mode"), "same")
+    hires_line_is(1000, 1024, **first)
+    first_line_is_expected()
+
+
+def test_an_edit_made_while_the_last_send_is_pending_still_counts(page: Any) -> None:
+    """gradio drops an event while its last call is pending: tome.js sends again once that call is answered."""
+    for width in (576, 640, 704, 768, 832):  # each its own task, sent at once: most while the one before is pending
+        page.execute_script(
+            "var box = document.querySelector('#txt2img_width input[type=number]');"
+            " box.value = arguments[0]; updateInput(box);",
+            width,
+        )
+    text = expected_families(832, 512, preset_configs(DEFAULT_PRESET))
+    wait_for(f"the hint {text!r}", lambda: hint_lines(page)[:1], lambda lines: lines == [text])
+
+
+def test_no_timer_after_load(page: Any) -> None:
+    """tome.js reacts to events only: it starts no timer, and no interval runs once the page is idle."""
+
+    def timers() -> dict[str, Any]:
+        return page.execute_script(
+            "return {fromTome: standinTimers.fromTome, intervals: Object.values(standinTimers.intervals)}"
+        )
+
+    assert timers() == {"fromTome": [], "intervals": []}
+    # Every kind of edit: a WebUI slider, Hires fix, a speed selector, a ToMe slider, a radio.
+    toggle_accordion(page, ours("txt2img", "enable"), True)
+    type_number(page, "txt2img_width", 640)
+    toggle_accordion(page, "txt2img_hr", True)
+    click_radio(page, ours("txt2img", "preset"), "custom")
+    wait_for("the custom settings to show", lambda: displayed(page, ours("txt2img", "custom")), bool)
+    type_number(page, ours("txt2img", "ratio"), 0.4)
+    click_radio(page, ours("txt2img", "max_downsample"), "2")
+    click_radio(page, ours("txt2img", "hr_mode"), "own")
+    wait_for(
+        "the hint to catch up",
+        lambda: hint_lines(page),
+        lambda lines: lines[0] == expected_line(640, 512, ratio=0.4, max_downsample=2) and len(lines) == 2,
+    )
+    assert timers()["fromTome"] == []
+    # gradio's own timers come and go with its requests; once they are done, no interval is left.
+    wait_for("no interval to run", lambda: timers()["intervals"], lambda intervals: intervals == [])
 
 
 def test_presets_show_their_figures_per_model_family(page: Any) -> None:
@@ -413,17 +527,13 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     wait_for("the custom settings to hide", lambda: displayed(page, custom), lambda shown: not shown)
     first_line_is(expected_families(768, 512, preset_configs("fastest")))
 
-    # Hires fix: "same" runs the preset's hires variant; "own" its own preset, or own custom values over it.
+    # Hires fix: "same" runs the preset again at the hires size; "own" its own preset, or own custom values over it.
     toggle_accordion(page, "txt2img_hr", True)
-    hires_line_is(
-        f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest', hires=True))}"
-    )
+    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest'))}")
     click_radio(page, ours("txt2img", "hr_mode"), "own")
     wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
     assert not displayed(page, ours("txt2img", "hr_custom"))
-    hires_line_is(
-        f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET, hires=True))}"
-    )
+    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET))}")
     click_radio(page, ours("txt2img", "hr_preset"), "custom")
     wait_for("the own custom hires settings to show", lambda: displayed(page, ours("txt2img", "hr_custom")), bool)
     type_number(page, ours("txt2img", "hr_ratio"), 0.3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -16,8 +17,10 @@ from modules import script_callbacks, scripts
 from modules.ui_components import InputAccordion
 from webui_stub.harness import install_xyz_module, load_extension, reset
 
+import tome_core
 import tome_webui
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
+from tome_core.bench import archs
 from tome_webui import ui
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, defaults, ui_value
 
@@ -121,24 +124,7 @@ def test_cap_note_for_custom_settings() -> None:
     assert "pooling keys/values over 4\u00d72 cells" in kv and "0.90" not in kv and "tome-capped" not in kv
     assert "Hires pass: pooling keys/values over 2\u00d72" in note(mode="kv", hr_mode="own", hr_preset="custom")
     assert "no merging" in note(True, mode="kv", sx=1, sy=1)
-    assert 'data-tome-preset="custom"' in kv and "data-tome-first" not in kv
-
-
-def page_data(text: str, name: str) -> Any:
-    match = re.search(f'{name}="([^"]*)"', text)
-    return None if match is None else json.loads(html.unescape(match.group(1)))
-
-
-def page_config(config: TomeConfig) -> dict[str, Any]:
-    """What javascript/tome.js reads of a config."""
-    return {
-        "ratio": config.ratio,
-        "sx": config.sx,
-        "sy": config.sy,
-        "maxDownsample": str(config.max_downsample),
-        "mode": config.mode,
-        "merges": config.merge_attn or (config.mode == "merge" and config.merge_crossattn),
-    }
+    assert "tome-token-hint" not in kv  # no page values yet: no token hint
 
 
 @pytest.mark.parametrize("name", [p.name for p in presets()])
@@ -150,28 +136,121 @@ def test_note_for_a_preset_says_what_it_runs_per_family(name: str) -> None:
         in text
     )
     assert "0.10" not in text  # the hidden custom ratio is not what runs
-    assert page_data(text, "data-tome-first") == {family: page_config(config) for family, config in configs.items()}
-    assert page_data(text, "data-tome-hires") is None
-    same = ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
-    hires = {family: page_config(get_preset(name).config(family, hires=True)) for family in FAMILIES}
-    assert page_data(same, "data-tome-hires") == hires
+    assert "Hires pass" not in ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
 
 
 def test_note_for_the_hires_pass_with_presets() -> None:
     own = ui.note_html({"preset": "quality", "hr_mode": "own", "hr_preset": "fastest"}, is_img2img=False)
     for family, label in (("sd", "SD1/SD2"), ("sdxl", "SDXL")):
-        config = get_preset("fastest").config(family, hires=True)
+        config = get_preset("fastest").config(family)
         assert f"Hires pass, {label}: {html.escape(ui.describe(config))}" in own
-    assert page_data(own, "data-tome-hires")["sdxl"]["ratio"] == get_preset("fastest").config("sdxl", hires=True).ratio
     custom = ui.note_html(
         {"preset": "fast", "hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_max_downsample": "1"},
         is_img2img=False,
     )
     sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1)
     assert f"Hires pass, SDXL: {html.escape(ui.describe(sdxl))}" in custom
-    assert page_data(custom, "data-tome-hires") is None  # typed values: the page reads them from the controls
-    assert 'data-tome-hr-mode="own" data-tome-hr-preset="custom"' in custom
     assert "Hires pass: no merging" in ui.note_html({"preset": "fast", "hr_mode": "off"}, is_img2img=False)
+
+
+# ---------------------------------------------------------------------------------------------- the token hint
+
+
+@functools.cache
+def real_unet(arch: str) -> Any:
+    """The real SD1.5 or SDXL UNet architecture on the meta device: no weights, built in a fraction of a second."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        return UNet2DConditionModel(**archs.get_arch(arch).config)
+
+
+def test_family_layouts_are_the_real_architectures() -> None:
+    """The layouts the hint counts on are the real SD1.5 and SDXL blocks per level, so the same levels merge
+    ("auto" included) and tome_core.describe_layout gives describe's figures."""
+    assert set(ui.FAMILY_LAYOUTS) == set(FAMILIES)
+    config = TomeConfig(ratio=0.6, sx=4, sy=1)
+    for family, arch in (("sd", "sd15"), ("sdxl", "sdxl")):
+        unet = real_unet(arch)
+        assert tome_core.blocks_per_level(unet) == ui.FAMILY_LAYOUTS[family]
+        for size in ((512, 512), (1000, 616)):
+            ours = tome_core.describe_layout(ui.FAMILY_LAYOUTS[family], *size, config)
+            assert ours == tome_core.describe(unet, *size, config)
+
+
+def hint(is_img2img: bool = False, page: dict[str, Any] | None = None, **values: Any) -> list[str]:
+    """The token hint's lines for the control values, with the page values `page` (512 x 512, Hires fix off)."""
+    text = ui.note_html(
+        {"preset": "custom", **values},
+        is_img2img=is_img2img,
+        page=ui.PageValues.from_json(json.dumps({"width": 512, "height": 512, "send": 7, **(page or {})})),
+    )
+    match = re.search(r'<div id="([^"]+)" class="tome-token-hint" data-tome-send="7"[^>]*>(.*)</div>$', text)
+    assert match is not None, text
+    assert match.group(1) == ui.elem_id("img2img" if is_img2img else "txt2img", "token_hint")
+    return [html.unescape(line) for line in re.findall(r"<div>(.*?)</div>", match.group(2))]
+
+
+def test_token_hint_counts_with_tome_core_describe() -> None:
+    def levels(family: str, width: int, height: int, config: TomeConfig) -> list[tuple[int, int, int]]:
+        infos = tome_core.describe_layout(ui.FAMILY_LAYOUTS[family], height, width, config)
+        return [(i.tokens, i.tokens_after, i.level) for i in infos if i.merging]
+
+    # custom settings: SD1/SD2's levels, SDXL's in brackets while max downsample is "auto"
+    sd = levels("sd", 512, 512, TomeConfig())
+    sdxl = levels("sdxl", 512, 512, TomeConfig())
+    assert sd == [(4096, 2048, 1)] and sdxl == [(1024, 512, 2), (256, 128, 4)]
+    assert hint() == ["4096 \u2192 2048 tokens at 1/1 (SDXL: 1024 \u2192 512 at 1/2, 256 \u2192 128 at 1/4)"]
+    assert hint(max_downsample="2", mode="kv") == ["4096 \u2192 1024 keys/values at 1/1, 1024 \u2192 256 at 1/2"]
+    assert hint(ratio=0.0) == ["no merging"]
+    assert hint(True, page={"hires": True}) == hint(True)  # img2img has no Hires fix pass
+    # a preset: each family with its own values, and the hires pass at the WebUI's hires size
+    lines = hint(preset="fast", hr_mode="own", hr_preset="quality", page={"hires": True, "hr_scale": 1.5})
+    for line, size, preset in ((lines[0], (512, 512), "fast"), (lines[1], (768, 768), "quality")):
+        for family in FAMILIES:
+            config = get_preset(preset).config(family)
+            first, *rest = levels(family, *size, config)
+            unit = " keys/values" if config.mode == "kv" else " tokens"
+            text = ", ".join(
+                [
+                    f"{first[0]} \u2192 {first[1]}{unit} at 1/{first[2]}",
+                    *(f"{a} \u2192 {b} at 1/{lv}" for a, b, lv in rest),
+                ]
+            )
+            assert f"{ui.FAMILY_LABELS[family]}: {text}" in line
+    assert lines[1].startswith("Hires pass (768\u00d7768): SD1/SD2: ")
+    assert hint(page={"hires": True, "hr_scale": 2}, hr_mode="off")[1] == "Hires pass (1024\u00d71024): no merging"
+    assert hint(sx="two", page={"hires": True}) == []  # invalid settings: the note says so, the hint is empty
+
+
+@pytest.mark.parametrize(
+    ("values", "size"),
+    [
+        ({"hr_scale": 2}, (1024, 1280)),
+        ({"hr_scale": 1.5, "hr_resize_x": 1024}, (1024, 1280)),  # the other side keeps the aspect ratio
+        ({"hr_scale": 1.5, "hr_resize_y": 1000}, (800, 1000)),
+        ({"hr_scale": 1.5, "hr_resize_x": 1000, "hr_resize_y": 700}, (1000, 700)),  # both: exactly that
+        ({"hr_scale": None}, None),
+        ({"hr_scale": 2, "hires": False}, None),
+    ],
+)
+def test_page_values_hires_size_follows_the_webui(values: dict[str, Any], size: tuple[int, int] | None) -> None:
+    page = ui.PageValues.from_json(json.dumps({"width": 512, "height": 640, "hires": True, **values}))
+    assert page is not None and page.hires_size() == size
+
+
+def test_unreadable_page_values_are_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    assert ui.PageValues.from_json("") is None
+    for text in ("{", "[1]", '{"width": "wide"}'):
+        assert ui.PageValues.from_json(text) is None
+    assert len([r for r in caplog.records if r.name == "tome" and "page values" in r.message]) == 3
+    assert ui.PageValues.from_json('{"width": null, "height": 600}').size() is None
+
+
+def test_token_hint_title_names_the_auto_levels() -> None:
+    title = ui.token_hint_title()
+    assert "at 1/1 on SD1/SD2 and at 1/2 and 1/4 on SDXL" in title
 
 
 def test_describe() -> None:
@@ -224,11 +303,29 @@ def test_handlers_are_wired_to_the_right_controls(script_classes: list[type], is
         assert handler("hr_mode", "hr_settings")[2]("own")["visible"]
         inputs, _, fn = handler("hr_preset", "hr_custom")
         assert inputs == [components["hr_preset"]] and fn("custom")["visible"]
+    # The note is recomputed when tome.js writes the page values (last of the handler's inputs)...
+    inputs, _, fn = handler("page_values", "cap_note")
+    assert inputs[:-1] == [components[n] for n in ui.note_args(is_img2img)]
+    assert inputs[-1].elem_id == ui.elem_id(tab, "page_values") and inputs[-1].visible is False
+    values = [c.value for c in inputs[:-1]]
+    names = ui.note_args(is_img2img)
+    assert fn(*values, "") == ui.note_html(dict(zip(names, values)), is_img2img=is_img2img)
+    page = '{"width": 640, "height": 512, "send": 3}'
+    assert fn(*values, page) == ui.note_html(
+        dict(zip(names, values)), is_img2img=is_img2img, page=ui.PageValues.from_json(page)
+    )
+    assert 'data-tome-send="3"' in fn(*values, page)
+    # ...which it does once an edit of a control the note reads ends: each reports its changes in the browser.
+    listeners = {
+        block.elem_id: dependency["js"]
+        for dependency in demo.dependencies
+        for target in dependency["targets"]
+        if (block := by_id[target[0] if isinstance(target, (list, tuple)) else target]) is not None
+        and dependency["backend_fn"] is False
+    }
     for name in ui.note_args(is_img2img):
-        inputs, _, fn = handler(name, "cap_note")
-        assert inputs == [components[n] for n in ui.note_args(is_img2img)]
-        values = [c.value for c in inputs]
-        assert fn(*values) == ui.note_html(dict(zip(ui.note_args(is_img2img), values)), is_img2img=is_img2img)
+        assert listeners[ui.elem_id(tab, name)] == ui.changed_js(tab)
+    assert f"'tome_changed', {{detail: \"{tab}\"}}" in ui.changed_js(tab)
     # at the defaults (a preset), the custom columns start hidden, the note describes the preset
     assert [b.visible for b in demo.blocks.values() if getattr(b, "elem_id", None) == ui.elem_id(tab, "custom")] == [
         False

@@ -9,7 +9,9 @@ from tome_core.patch import (
     LevelInfo,
     TomeStats,
     apply_patch,
+    blocks_per_level,
     describe,
+    describe_layout,
     find_unet,
     get_config,
     is_patched,
@@ -19,7 +21,7 @@ from tome_core.patch import (
     set_step,
     stats,
 )
-from tome_core.presets import DEFAULT_PRESET, FAMILIES, Preset, get_preset, presets
+from tome_core.presets import DEFAULT_PRESET, FAMILIES, Measured, Preset, get_preset, presets
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -27,12 +29,15 @@ __all__ = [
     "LEVELS",
     "FieldSpec",
     "LevelInfo",
+    "Measured",
     "Preset",
     "TomeConfig",
     "TomeStats",
     "apply_patch",
     "auto_levels",
+    "blocks_per_level",
     "describe",
+    "describe_layout",
     "field_spec",
     "field_specs",
     "find_unet",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import weakref
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,13 +231,11 @@ def _auto_levels(blocks: list[tuple[nn.Module, int]]) -> frozenset[int]:
 # ---------------------------------------------------------------------------------------------- public API
 
 
-def apply_patch(
-    model: Any, config: TomeConfig | None = None, /, *, preset: str | None = None, hires: bool = False, **fields: Any
-) -> Any:
+def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str | None = None, **fields: Any) -> Any:
     """Patch `model`'s UNet with token merging and return `model`.
 
-    Takes a `TomeConfig`, a preset name (`preset="fast"`, see `presets()`: resolved for this model's family,
-    and for a hires pass when `hires`), tomesd-style keywords (`ratio=0.5, sx=2, ...`), or a mix: keywords
+    Takes a `TomeConfig`, a preset name (`preset="fast"`, see `presets()`: resolved for this model's family),
+    tomesd-style keywords (`ratio=0.5, sx=2, ...`), or a mix: keywords
     override the preset or config. Applying again replaces the previous patch. Invalid values raise
     `ValueError`/`TypeError` naming the field, and leave the model untouched.
     """
@@ -249,7 +247,7 @@ def apply_patch(
     if preset is not None:
         from tome_core.presets import get_preset
 
-        config = get_preset(preset).config(model_family(unet), hires=hires)
+        config = get_preset(preset).config(model_family(unet))
     config = TomeConfig.from_dict(fields, base=config)
     if hasattr(unet, "_orig_mod"):
         # Seen in reForge's --torch-compile: the hooks counted as run, yet the images equalled those without them.
@@ -353,22 +351,35 @@ def reset_stats(model: Any) -> None:
         block.wanted, block.reached, block.applied = set(), set(), set()
 
 
+def blocks_per_level(model: Any) -> dict[int, int]:
+    """Transformer blocks per downsampling level of `model`'s UNet (1: the full latent, 2: half, ...)."""
+    counts: dict[int, int] = {}
+    for _, level in _structural_levels(find_unet(model)):
+        counts[level] = counts.get(level, 0) + 1
+    return counts
+
+
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
     """Per downsampling level: transformer blocks, how many merge, tokens before and after, at an image size.
 
     `height`/`width` are in pixels (latent = pixels // 8). Uses the model's current patch config, else `config`,
     else the defaults.
     """
-    unet = find_unet(model)
     config = config or get_config(model) or TomeConfig()
-    blocks = _structural_levels(unet)
-    if not blocks:
-        return []
-    auto = _auto_levels(blocks)
+    return describe_layout(blocks_per_level(model), height, width, config)
+
+
+def describe_layout(
+    blocks: Mapping[int, int], height: int = 512, width: int = 512, config: TomeConfig | None = None
+) -> list[LevelInfo]:
+    """`describe` for a UNet known only by its transformer blocks per level (`blocks_per_level`), e.g. a model
+    family's layout in a UI that has no model at hand."""
+    config = config or TomeConfig()
+    auto = auto_levels(blocks)
     lat_h, lat_w = height // 8, width // 8  # as the WebUI and diffusers size the latent
     out = []
     for level in LEVELS:
-        count = sum(1 for _, lv in blocks if lv == level)
+        count = blocks.get(level, 0)
         if not count:
             continue
         h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)

@@ -3,7 +3,8 @@
 What it stands in for (docs/webui-contract.md sections 1.5, 3.2, 3.3):
   * the WebUI's patched gradio (`tooltip=` becomes `props.webui_tooltip`): tests/webui_stub/modules/gradio_extensons.py
   * script.js / ui.js / inputAccordion.js globals: tests/browser/webui_standins.js, injected into <head> before
-    javascript/tome.js, the way `modules/ui_gradio_extensions.py` patches gradio's TemplateResponse
+    javascript/tome.js, the way `modules/ui_gradio_extensions.py` patches gradio's TemplateResponse (it also
+    watches the page's timers, for the test that tome.js leaves none)
   * the WebUI controls tome.js reads: `#<tab>_prompt` (marks the UI as loaded), `#<tab>_width`, `#<tab>_height`,
     and in txt2img the Hires fix InputAccordion `#txt2img_hr` with `#txt2img_hr_scale`, `#txt2img_hr_resize_x|y`
   * the script: scripts/tome.py loaded like the WebUI loads it, its `ui()` built by the stand-in ScriptRunner in
@@ -45,8 +46,13 @@ HIRES_SLIDERS: tuple[tuple[str, str, float, float, float, float], ...] = (
 
 
 def head_html() -> str:
-    """The <script> tags the WebUI would put into <head> (inlined here: no `file=` route to allow)."""
-    return "".join(f"<script>\n{path.read_text(encoding='utf-8')}\n</script>\n" for path in HEAD_SCRIPTS)
+    """The <script> tags the WebUI would put into <head> (inlined here: no `file=` route to allow).
+
+    Each is named by a `sourceURL` comment, so stack traces (the stand-ins' timer watch) tell which one ran.
+    """
+    return "".join(
+        f"<script>\n{path.read_text(encoding='utf-8')}\n//# sourceURL={path.name}\n</script>\n" for path in HEAD_SCRIPTS
+    )
 
 
 def inject_head(html: str) -> None:

@@ -3,6 +3,42 @@
 // (gradioApp, onUiLoaded, onUiUpdate, onAfterUiUpdate), ui.js (updateInput) and inputAccordion.js (the
 // visible checkbox `<id>-visible-checkbox`, inputAccordionChecked). Written from that description, not copied.
 
+// Not a stand-in but the test's watch on timers, set up before any other script runs: every setTimeout and
+// setInterval call whose stack passes through javascript/tome.js (page.py names it with a sourceURL comment),
+// and every interval still running, with the stack that started it.
+var standinTimers = {fromTome: [], intervals: {}};
+
+(function() {
+    var setTimeoutOriginal = window.setTimeout;
+    var setIntervalOriginal = window.setInterval;
+    var clearTimeoutOriginal = window.clearTimeout;
+    var clearIntervalOriginal = window.clearInterval;
+    var watch = function(name, start, isInterval) {
+        return function() {
+            var stack = new Error().stack || '';
+            var id = start.apply(window, arguments);
+            if (/\btome\.js\b/.test(stack)) {
+                standinTimers.fromTome.push(name + ' ' + stack);
+            }
+            if (isInterval) {
+                standinTimers.intervals[id] = stack;
+            }
+            return id;
+        };
+    };
+    // Timeouts and intervals share one id pool: either clear function stops either.
+    var clear = function(original) {
+        return function(id) {
+            delete standinTimers.intervals[id];
+            return original.apply(window, arguments);
+        };
+    };
+    window.setTimeout = watch('setTimeout', setTimeoutOriginal, false);
+    window.setInterval = watch('setInterval', setIntervalOriginal, true);
+    window.clearTimeout = clear(clearTimeoutOriginal);
+    window.clearInterval = clear(clearIntervalOriginal);
+})();
+
 function gradioApp() {
     var elems = document.getElementsByTagName('gradio-app');
     var elem = elems.length ? elems[0] : document;
