@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import importlib
 import re
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import gradio as gr
 import pytest
@@ -27,7 +24,7 @@ from webui_stub.harness import (
     ui_paste,
 )
 
-from tome_core import FAMILIES, TomeConfig, field_specs, get_preset, presets
+from tome_core import FAMILIES, TomeConfig, field_specs, get_preset
 from tome_webui import infotext
 from tome_webui.params import (
     ARG_NAMES,
@@ -75,19 +72,6 @@ def args_from(values: list[Any], names: tuple[str, ...] = ARG_NAMES) -> list[Any
     """Script args after a paste: a pasted value, else the control's default (UNCHANGED/None leave it)."""
     start = [ui_value(name, defaults()[name]) for name in names]
     return [s if v is UNCHANGED or v is None else v for s, v in zip(start, values, strict=True)]
-
-
-@contextlib.contextmanager
-def tuned_presets(tuned: bool) -> Iterator[None]:
-    """With `tuned`, every preset gets a hires variant that differs from its first pass (the shipped table may not
-    have one yet), so that the paths for a hires pass with other values run too."""
-    if not tuned:
-        yield
-        return
-    hires = {"sd": {"ratio": 0.7, "sy": 4}, "sdxl": {"ratio": 0.75, "sx": 4}}
-    table = tuple(dataclasses.replace(preset, hires=hires) for preset in presets())
-    with mock.patch.object(tome_presets, "_PRESETS", table):
-        yield
 
 
 def same_passes(a: TomeJob | None, b: TomeJob | None, family: str, *, hires: bool = True) -> None:
@@ -152,7 +136,7 @@ def test_a_preset_records_its_name_and_the_values_that_ran(family: str) -> None:
         "ToMe hires preset": "fastest",
     }
     written = infotext.entries(job, with_hires=True, families={False: family, True: family})
-    first, hires = get_preset("fast").config(family), get_preset("fastest").config(family, hires=True)
+    first, hires = get_preset("fast").config(family), get_preset("fastest").config(family)
     assert written["ToMe preset"] == "fast" and written["ToMe hires preset"] == "fastest"
     assert written["ToMe ratio"] == repr(first.ratio)
     assert written["ToMe max downsample"] == str(first.max_downsample)
@@ -172,28 +156,27 @@ def test_values_laid_over_a_preset_are_recorded_as_custom() -> None:
     assert job is not None
     written = infotext.entries(job, with_hires=True, families={False: "sdxl", True: "sdxl"})
     assert "ToMe preset" not in written
-    same = job.pass_config(True, "sdxl") == job.pass_config(False, "sdxl")  # (no hires variant, or one that differs)
-    assert written["ToMe ratio"] == "0.3" and written["ToMe hires"] == ("same" if same else "own")
+    assert written["ToMe ratio"] == "0.3" and written["ToMe hires"] == "same"
     assert written["ToMe merge MLP"] == str(get_preset("fast").config("sdxl").merge_mlp)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_a_hires_variant_that_differs_is_recorded(family: str) -> None:
-    with tuned_presets(True):
-        job = resolve([{"preset": "balanced"}])
-        assert job is not None
-        written = infotext.entries(job, with_hires=True, families={False: family, True: family})
-        first, hires = job.pass_config(False, family), job.pass_config(True, family)
-        assert first is not None and hires is not None and first != hires
-        assert written["ToMe preset"] == "balanced" and written["ToMe hires"] == "same"
-        assert written["ToMe hires ratio"] == repr(hires.ratio)
-        assert ("ToMe hires stride x" in written) == (hires.sx != first.sx)
-        # laid over: the "same" pass differs from what custom "same" would run, so it is recorded as own
-        job = resolve([{"preset": "balanced", "ratio": 0.3}])
-        assert job is not None
-        written = infotext.entries(job, with_hires=True, families={False: family, True: family})
-        assert written["ToMe hires"] == "own" and "ToMe hires preset" not in written
-        assert written["ToMe hires ratio"] == "0.3"  # the value laid over wins in both passes
+def test_a_hires_model_of_another_family_is_recorded_with_its_values() -> None:
+    # A hires checkpoint of another family runs the preset's values for that family; the first pass's own.
+    job = resolve([{"preset": "balanced"}])
+    assert job is not None
+    written = infotext.entries(job, with_hires=True, families={False: "sd", True: "sdxl"})
+    first, hires = job.pass_config(False, "sd"), job.pass_config(True, "sdxl")
+    assert first == get_preset("balanced").config("sd") and hires == get_preset("balanced").config("sdxl")
+    assert written["ToMe preset"] == "balanced" and written["ToMe hires"] == "same"
+    for name in FIELD_NAMES:
+        differs = getattr(hires, name) != getattr(first, name)
+        assert (infotext.HIRES_KEYS[name] in written) == differs, name
+    # Values laid over the preset: "same" custom settings would not reproduce the other family's values.
+    job = resolve([{"preset": "balanced", "ratio": 0.3}])
+    assert job is not None
+    written = infotext.entries(job, with_hires=True, families={False: "sd", True: "sdxl"})
+    assert written["ToMe hires"] == "own" and "ToMe hires preset" not in written
+    assert written["ToMe hires ratio"] == "0.3"  # the value laid over wins in both passes
 
 
 # ---------------------------------------------------------------------------------------------- round trips
@@ -244,40 +227,34 @@ def jobs(draw: st.DrawFn) -> TomeJob:
     return job
 
 
-@pytest.mark.parametrize("tuned", [False, True])
 @given(job=jobs(), family=st.sampled_from(FAMILIES))
-def test_ui_paste_reproduces_what_ran(
-    runners: dict[str, scripts.ScriptRunner], tuned: bool, job: TomeJob, family: str
-) -> None:
-    with tuned_presets(tuned):
-        text = infotext_of(job, family, extra={"Hires upscale": 2, "Size": "512x768"})
-        for regex in (None, RE_PARAM_16):
-            params = parse_generation_parameters(text) if regex is None else parse_generation_parameters(text, regex)
-            values = ui_paste(runners["txt2img"].infotext_fields, params)
-            assert UNCHANGED not in values  # every control is set
-            same_passes(resolve(values), job, family)
-            img2img = args_from(ui_paste(runners["img2img"].infotext_fields, params), IMG2IMG_ARG_NAMES)
-            same_passes(resolve(img2img, is_img2img=True), job, family, hires=False)
-            # Switching to Custom keeps exactly what the first pass ran.
-            named = dict(zip(ARG_NAMES, values, strict=True))
-            custom = resolve([{**named, "preset": "custom"}[name] for name in ARG_NAMES])
-            assert custom is not None and custom.pass_config(False) == job.pass_config(False, family)
-        for value in params.values():
-            assert not RE_IMAGESIZE.match(str(value)) or str(value) == "512x768"
+def test_ui_paste_reproduces_what_ran(runners: dict[str, scripts.ScriptRunner], job: TomeJob, family: str) -> None:
+    text = infotext_of(job, family, extra={"Hires upscale": 2, "Size": "512x768"})
+    for regex in (None, RE_PARAM_16):
+        params = parse_generation_parameters(text) if regex is None else parse_generation_parameters(text, regex)
+        values = ui_paste(runners["txt2img"].infotext_fields, params)
+        assert UNCHANGED not in values  # every control is set
+        same_passes(resolve(values), job, family)
+        img2img = args_from(ui_paste(runners["img2img"].infotext_fields, params), IMG2IMG_ARG_NAMES)
+        same_passes(resolve(img2img, is_img2img=True), job, family, hires=False)
+        # Switching to Custom keeps exactly what the first pass ran.
+        named = dict(zip(ARG_NAMES, values, strict=True))
+        custom = resolve([{**named, "preset": "custom"}[name] for name in ARG_NAMES])
+        assert custom is not None and custom.pass_config(False) == job.pass_config(False, family)
+    for value in params.values():
+        assert not RE_IMAGESIZE.match(str(value)) or str(value) == "512x768"
 
 
-@pytest.mark.parametrize("tuned", [False, True])
 @given(job=jobs(), family=st.sampled_from(FAMILIES))
 def test_api_infotext_field_restores_typed_values(
-    runners: dict[str, scripts.ScriptRunner], tuned: bool, job: TomeJob, family: str
+    runners: dict[str, scripts.ScriptRunner], job: TomeJob, family: str
 ) -> None:
-    with tuned_presets(tuned):
-        params = parse_generation_parameters(infotext_of(job, family))
-        values = api_infotext(runners["txt2img"].infotext_fields, params)
-        assert None not in values
-        for value, component in zip(values, runners["txt2img"].inputs[1:], strict=True):
-            assert type(value) is type(component.value)
-        same_passes(resolve(values), job, family)
+    params = parse_generation_parameters(infotext_of(job, family))
+    values = api_infotext(runners["txt2img"].infotext_fields, params)
+    assert None not in values
+    for value, component in zip(values, runners["txt2img"].inputs[1:], strict=True):
+        assert type(value) is type(component.value)
+    same_passes(resolve(values), job, family)
 
 
 def test_an_image_without_tome_turns_it_off(runners: dict[str, scripts.ScriptRunner]) -> None:

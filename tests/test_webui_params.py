@@ -61,8 +61,8 @@ def full(*, preset: str = "custom", hr_preset: str = "custom", **values: Any) ->
     return [named[name] for name in ARG_NAMES]
 
 
-def fast(family: str, *, hires: bool = False) -> TomeConfig:
-    return get_preset("fast").config(family, hires=hires)
+def fast(family: str) -> TomeConfig:
+    return get_preset("fast").config(family)
 
 
 def test_positional_order_is_the_documented_one() -> None:
@@ -138,7 +138,7 @@ def test_preset_resolves_per_family_and_pass() -> None:
     assert job is not None and job.preset == "fast" and job.changes == ()
     for family in FAMILIES:
         assert job.pass_config(False, family) == fast(family)
-        assert job.pass_config(True, family) == fast(family, hires=True)  # "same": the preset's hires variant
+        assert job.pass_config(True, family) == fast(family)  # "same": the first pass's preset
         assert job.config_for(False, family) == fast(family)
     assert job.needs_family(False) and job.needs_family(True) and job.may_merge(False)
     with pytest.raises(ValueError, match="model family"):
@@ -149,7 +149,7 @@ def test_preset_resolves_per_family_and_pass() -> None:
 def test_hires_modes_with_presets(family: str) -> None:
     own_preset = resolve(full(preset="quality", hr_mode="own", hr_preset="fastest"))
     assert own_preset is not None
-    assert own_preset.pass_config(True, family) == get_preset("fastest").config(family, hires=True)
+    assert own_preset.pass_config(True, family) == get_preset("fastest").config(family)
     # own custom settings over a first-pass preset: its values for this family, with own ratio/strides/levels
     own_custom = resolve(full(preset="fast", hr_mode="own", hr_ratio=0.7, hr_sx=4, hr_sy=4, hr_max_downsample="1"))
     assert own_custom is not None
@@ -158,7 +158,7 @@ def test_hires_modes_with_presets(family: str) -> None:
     custom_first = resolve(full(ratio=0.2, hr_mode="own", hr_preset="fast"))
     assert custom_first is not None and not custom_first.needs_family(False) and custom_first.needs_family(True)
     assert custom_first.pass_config(False) == TomeConfig(ratio=0.2)
-    assert custom_first.pass_config(True, family) == fast(family, hires=True)
+    assert custom_first.pass_config(True, family) == fast(family)
     off = resolve(full(preset="fast", hr_mode="off", hr_preset="fast"))
     assert off is not None and off.pass_config(True, family) is None and not off.needs_family(True)
 
@@ -192,15 +192,15 @@ def test_dict_form() -> None:
 def test_dict_form_with_presets(family: str) -> None:
     job = resolve([{"preset": "fast"}])
     assert job is not None and job.pass_config(False, family) == fast(family)
-    assert job.pass_config(True, family) == fast(family, hires=True)
+    assert job.pass_config(True, family) == fast(family)
     # fields next to a preset are laid over it (like tome_core.apply_patch(model, preset="fast", ratio=0.3))
     job = resolve([{"preset": "Fast", "ratio": 0.3, "use_rand": False}])
     assert job is not None and job.changes == (("ratio", 0.3), ("use_rand", False))
     assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, use_rand=False)
-    assert job.pass_config(True, family) == fast(family, hires=True).replace(ratio=0.3, use_rand=False)
+    assert job.pass_config(True, family) == fast(family).replace(ratio=0.3, use_rand=False)
     job = resolve([{"ratio": 0.3, "hires": {"preset": "fastest"}}])
     assert job is not None and job.pass_config(False) == TomeConfig(ratio=0.3)
-    assert job.pass_config(True, family) == get_preset("fastest").config(family, hires=True)
+    assert job.pass_config(True, family) == get_preset("fastest").config(family)
     # own hires settings over a preset: missing keys follow the preset's values for the model
     job = resolve([{"preset": "fast", "hires": {"ratio": 0.7}}])
     assert job is not None and job.pass_config(True, family) == fast(family).replace(ratio=0.7)
@@ -314,7 +314,7 @@ def test_xyz_overrides_with_presets(family: str) -> None:
     job = resolve(full(preset="fast", ratio=0.1), {"ratio": 0.3, "sx": 1})
     assert job is not None and job.changes == (("ratio", 0.3), ("sx", 1))
     assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, sx=1)
-    assert job.pass_config(True, family) == fast(family, hires=True).replace(ratio=0.3, sx=1)
+    assert job.pass_config(True, family) == fast(family).replace(ratio=0.3, sx=1)
     # ... and with Custom, into the custom settings
     job = resolve(full(ratio=0.1), {"preset": "custom", "ratio": 0.3})
     assert job is not None and job.changes == () and job.first == TomeConfig(ratio=0.3)
@@ -323,7 +323,7 @@ def test_xyz_overrides_with_presets(family: str) -> None:
     assert job is not None and job.pass_config(True, family) == fast(family).replace(ratio=0.2)
     job = resolve(full(preset="fast"), {"hr_preset": "quality"})
     assert job is not None and job.hires_mode == "own"
-    assert job.pass_config(True, family) == get_preset("quality").config(family, hires=True)
+    assert job.pass_config(True, family) == get_preset("quality").config(family)
 
 
 def test_config_for_skips_noop_passes() -> None:

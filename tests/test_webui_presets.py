@@ -42,8 +42,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:(?s).*on_event is deprecated:Dep
 KINDS = {"sd": "ldm_sd1", "sdxl": "diffusers_sdxl"}  # a tiny SD1-like and SDXL-like UNet
 
 
-def preset(name: str, family: str, *, hires: bool = False) -> TomeConfig:
-    return get_preset(name).config(family, hires=hires)
+def preset(name: str, family: str) -> TomeConfig:
+    return get_preset(name).config(family)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_preset_runs_its_config_for_the_family_and_pastes_back(
 ) -> None:
     webui = webui_for(models, family, version)
     p, processed = webui.txt2img(tome_args(True, preset="fast", ratio=0.05), enable_hr=True)
-    expected = [("first", 0, "main", preset("fast", family)), ("hires", 0, "main", preset("fast", family, hires=True))]
+    expected = [("first", 0, "main", preset("fast", family)), ("hires", 0, "main", preset("fast", family))]
     assert p.sampler.passes() == expected
     extra = json.loads(processed.js())["extra_generation_params"]
     ran = preset("fast", family)
@@ -161,15 +161,15 @@ def test_every_preset_merges_every_selected_block(models: dict[str, torch.nn.Mod
 # ---------------------------------------------------------------------------------------------- hires pass
 
 HIRES = {
-    "same": ({"hr_mode": "same"}, lambda f: preset("fast", f, hires=True), {"ToMe hires": "same"}),
+    "same": ({"hr_mode": "same"}, lambda f: preset("fast", f), {"ToMe hires": "same"}),
     "own preset": (
         {"hr_mode": "own", "hr_preset": "fastest"},
-        lambda f: preset("fastest", f, hires=True),
+        lambda f: preset("fastest", f),
         {"ToMe hires": "own", "ToMe hires preset": "fastest"},
     ),
     "own custom": (
-        {"hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_sx": 4, "hr_max_downsample": "4"},
-        lambda f: preset("fast", f).replace(ratio=0.7, sx=4, max_downsample=4),
+        {"hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_sx": 4, "hr_sy": 2, "hr_max_downsample": "4"},
+        lambda f: preset("fast", f).replace(ratio=0.7, sx=4, sy=2, max_downsample=4),
         {"ToMe hires": "own", "ToMe hires ratio": "0.7", "ToMe hires stride x": "4", "ToMe hires max downsample": "4"},
     ),
     "off": ({"hr_mode": "off"}, lambda f: None, {"ToMe hires": "off"}),
@@ -217,11 +217,15 @@ def test_hires_checkpoint_of_another_family_resolves_its_own_preset(
     p, processed = webui.txt2img(tome_args(True, preset="fast"), enable_hr=True, hr_checkpoint=models["sdxl"])
     assert p.sampler.passes() == [
         ("first", 0, "main", preset("fast", "sd")),
-        ("hires", 0, "sdxl", preset("fast", "sdxl", hires=True)),
+        ("hires", 0, "sdxl", preset("fast", "sdxl")),
     ]
     extra = processed.extra_generation_params
     assert extra["ToMe preset"] == "fast" and extra["ToMe ratio"] == repr(preset("fast", "sd").ratio)
-    assert extra["ToMe hires merge MLP"] == str(preset("fast", "sdxl").merge_mlp)  # differs from the SD1 pass
+    sd, sdxl = preset("fast", "sd"), preset("fast", "sdxl")
+    differing = [name for name in FIELD_NAMES if getattr(sd, name) != getattr(sdxl, name)]
+    assert differing  # the test needs a preset whose families differ
+    for name in differing:  # the hires pass records where the SDXL values differ from the SD1 pass's
+        assert extra[infotext.HIRES_KEYS[name]] == infotext.format_value(getattr(sdxl, name))
     p2, _ = webui.txt2img(paste(paste_fields, processed.infotexts[0]), enable_hr=True, hr_checkpoint=models["sdxl"])
     assert p2.sampler.passes() == p.sampler.passes()
     assert_clean(webui)
@@ -242,7 +246,7 @@ def test_img2img_with_a_preset(models: dict[str, torch.nn.Module]) -> None:
 @pytest.mark.parametrize(
     ("tome", "expected"),
     [
-        ({"preset": "fastest"}, lambda f: (preset("fastest", f), preset("fastest", f, hires=True))),
+        ({"preset": "fastest"}, lambda f: (preset("fastest", f), preset("fastest", f))),
         (
             {"preset": "fast", "ratio": 0.3, "hires": {"ratio": 0.7}},
             lambda f: (preset("fast", f).replace(ratio=0.3), preset("fast", f).replace(ratio=0.7)),
@@ -282,9 +286,9 @@ def test_xyz_preset_axis_and_a_value_axis_over_a_preset(family: str, models: dic
     results = run_xyz_cells(p, xyz, {"[ToMe] Ratio": ["0.2", "0.4"]})
     assert [r.config for r in sampler.records if r.step == 0] == [
         preset("fast", family).replace(ratio=0.2),
-        preset("fast", family, hires=True).replace(ratio=0.2),
+        preset("fast", family).replace(ratio=0.2),
         preset("fast", family).replace(ratio=0.4),
-        preset("fast", family, hires=True).replace(ratio=0.4),
+        preset("fast", family).replace(ratio=0.4),
     ]
     # A preset with a value laid over it is recorded as its custom values, which paste back exactly.
     assert [r.extra_generation_params["ToMe ratio"] for r in results] == ["0.2", "0.4"]
@@ -295,7 +299,7 @@ def test_xyz_preset_axis_and_a_value_axis_over_a_preset(family: str, models: dic
     run_xyz_cells(p, xyz, {"[ToMe] Hires preset": ["fastest"]})
     assert [r.config for r in sampler.records if r.step == 0] == [
         TomeConfig(ratio=0.3),
-        preset("fastest", family, hires=True),
+        preset("fastest", family),
     ]
     with pytest.raises(tome_webui.TomeArgsError, match="preset must be one of 'quality'"):
         run_xyz_cells(p, xyz, {"[ToMe] Preset": ["warp"]})
@@ -313,7 +317,7 @@ def test_forge_resolves_the_preset_after_its_lazy_load(family: str, depths: Any)
     args = tome_args(True, preset="fastest", hr_mode="own", hr_preset="quality")
     p, processed = webui.run(tome=args, enable_hr=True, steps=2)
     seen = {r.pass_name: r.config for r in p.sampler.records}
-    assert seen == {"first": preset("fastest", family), "hires": preset("quality", family, hires=True)}
+    assert seen == {"first": preset("fastest", family), "hires": preset("quality", family)}
     extra = processed.extra_generation_params
     assert extra["ToMe preset"] == "fastest" and extra["ToMe hires preset"] == "quality"
     assert extra["ToMe ratio"] == repr(preset("fastest", family).ratio)
@@ -340,7 +344,7 @@ def test_forge_every_preset_merges_every_selected_block(family: str, depths: Any
         p, processed = webui.run(tome=tome_args(True, preset=choice.name), enable_hr=True, steps=2)
         assert {r.config for r in p.sampler.records} == {
             preset(choice.name, family),
-            preset(choice.name, family, hires=True),
+            preset(choice.name, family),
         }
         assert "ToMe note" not in processed.extra_generation_params, choice.name
 

@@ -1,15 +1,17 @@
-"""Named speed settings: one choice for speed against fidelity, resolved per model family and pass.
+"""Named speed settings: one choice for speed against fidelity, resolved per model family.
 
-Each preset is a point measured on the speed/deviation frontier of the benchmark (`python -m tome_core.bench
---presets all`; the figures are in the README), for SD1.x/SD2.x ("sd") and SDXL ("sdxl"), and for the Hires fix
-pass, whose larger latent holds more redundant tokens. `Preset.config(family, hires=...)` is the `TomeConfig`
-that runs; `apply_patch(model, preset="fast")` picks the family from the model.
+Per family (SD1.x/SD2.x "sd", SDXL "sdxl") the presets form a ladder: from Quality to Fastest each is faster and
+deviates more from the unmerged image than the one before. Each is a point measured on the benchmark's
+speed/deviation frontier, and `Preset.measured` records the figures it was chosen from (the commands and tables
+are in docs/benchmarks.md). `Preset.config(family)` is the `TomeConfig` that runs; `apply_patch(model,
+preset="fast")` picks the family from the model. A Hires fix pass runs the same values, resolved for the model
+that runs it: its larger latent already makes each preset gain more there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -24,76 +26,90 @@ def _frozen(values: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What a preset was chosen from: whole generations side by side with the unpatched model.
+
+    `speedup` is the unpatched time over the patched time; the deviations are ||out - base|| / ||base|| of the
+    final latent from a white-noise start and from a start with a natural image's spectrum. `setting` names the
+    run (model, size, steps, date), whose command and table are in docs/benchmarks.md.
+    """
+
+    speedup: float
+    deviation_noise: float
+    deviation_natural: float
+    setting: str
+
+
+@dataclass(frozen=True)
 class Preset:
-    """A named setting: `TomeConfig` fields per model family, and what changes for the Hires fix pass."""
+    """A named setting: `TomeConfig` fields per model family, and what each was measured at."""
 
     name: str
     label: str
     help: str
     families: Mapping[str, Mapping[str, Any]]  # family -> TomeConfig fields (others keep their defaults)
-    hires: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # family -> fields changed for hires
+    measured: Mapping[str, Measured]  # family -> the measurement it was chosen from
 
-    def config(self, family: str, *, hires: bool = False) -> TomeConfig:
-        """The config this preset runs with on a model of `family` ("sd" or "sdxl"), in the hires pass or not."""
+    def config(self, family: str) -> TomeConfig:
+        """The config this preset runs with on a model of `family` ("sd" or "sdxl")."""
         if family not in self.families:
             raise ValueError(f"model family must be one of {', '.join(map(repr, FAMILIES))}, got {family!r}")
-        values = dict(self.families[family])
-        if hires:
-            values.update(self.hires.get(family, {}))
-        return TomeConfig(**values)
+        return TomeConfig(**self.families[family])
 
 
-# SDXL: self-attention attends to keys/values pooled 2x2 (kv), cross-attention merges at 0.5, the feed-forward (45%
-# of a step) merges only in the level-4 blocks: merging it in the five level-2 stacks (10 blocks, a seventh of the
-# feed-forward's work) made most of the deviation. The feed-forward ratio is what trades speed for deviation.
-_SDXL = {
-    "mode": "kv",
-    "merge_crossattn": True,
-    "ratio": 0.5,
-    "merge_mlp": True,
-    "mlp_min_downsample": 4,
-    "share_plan": True,
-}
+# SD1/SD2: self-attention attends to keys/values pooled over cells (kv) down to level 4; the feed-forward merges
+# only in the level-4 blocks (level 1's feed-forward holds the finest detail: merging it at 0.3 gave a deviation of
+# 0.11 per call, five times Balanced's).
+_SD_KV = {"mode": "kv", "max_downsample": 4}
+_SD_MLP = {**_SD_KV, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True}
+# SDXL: the feed-forward (45% of a step) merges only in the level-4 blocks: in the ten level-2 blocks it made most
+# of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation.
+_SDXL_MLP = {"mode": "kv", "merge_crossattn": True, "merge_mlp": True, "mlp_min_downsample": 4, "share_plan": True}
 
-# Points measured side by side (README, Benchmark: SDXL and SD1.5, white-noise and natural latents). The hires
-# pass runs the first pass's values.
+_SD_RUN = "SD1.5 512 px, 10 Euler steps (2026-11-24)"
+_SDXL_RUN = "SDXL 768 px, 4 Euler steps (2026-11-24)"
+
 _PRESETS: tuple[Preset, ...] = (
     Preset(
         "quality",
         "Quality",
         "Smallest change to the image: self-attention on keys/values pooled 2x2, every query kept.",
-        families=_frozen({"sd": _frozen({"mode": "kv"}), "sdxl": _frozen({"mode": "kv"})}),
+        families=_frozen({"sd": _frozen(_SD_KV), "sdxl": _frozen({"mode": "kv"})}),
+        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
     Preset(
         "balanced",
         "Balanced",
-        "The default. SD1/SD2: tomesd's defaults (self-attention at 0.5). SDXL: pooled keys/values, cross-attention"
-        " merged, the deepest blocks' feed-forward at a light ratio.",
-        families=_frozen({"sd": _frozen({"ratio": 0.5}), "sdxl": _frozen({**_SDXL, "mlp_ratio": 0.2})}),
+        "The default. SD1/SD2: keys/values pooled 4x4. SDXL: keys/values pooled, cross-attention merged, the"
+        " deepest blocks' feed-forward at 0.3.",
+        families=_frozen(
+            {"sd": _frozen({**_SD_KV, "sx": 4, "sy": 4}), "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.3})}
+        ),
+        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
     Preset(
         "fast",
         "Fast",
-        "Faster: SD1/SD2 pool keys/values down to level 4 (faster and more faithful than Balanced there); SDXL"
-        " merges its deepest feed-forward at half the tokens.",
+        "Faster: as Balanced, plus cross-attention and the deepest blocks' feed-forward merged at half the tokens.",
         families=_frozen(
             {
-                "sd": _frozen({"mode": "kv", "max_downsample": 4}),
-                "sdxl": _frozen({**_SDXL, "mlp_ratio": 0.5}),
+                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5, "mlp_min_downsample": 4}),
+                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.5}),
             }
         ),
+        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
     Preset(
         "fastest",
         "Fastest",
-        "The most speed, softer detail: SD1/SD2 merge 0.7 of the tokens for self- and cross-attention down to level"
-        " 2; SDXL merges its deepest feed-forward at 0.6.",
+        "The most speed, softer detail: the feed-forward merged in more blocks (SD1/SD2) or at a higher ratio (SDXL).",
         families=_frozen(
             {
-                "sd": _frozen({"ratio": 0.7, "max_downsample": 2, "merge_crossattn": True, "share_plan": True}),
-                "sdxl": _frozen({**_SDXL, "mlp_ratio": 0.6}),
+                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5, "mlp_min_downsample": 2}),
+                "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "mlp_ratio": 0.7}),
             }
         ),
+        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
 )
 

@@ -36,7 +36,7 @@ What is written, for a job that ran (`entries`):
 * txt2img with Hires fix: `ToMe hires` (`same`, `own`, `off`), `ToMe hires preset` in own mode with a preset,
   and the hires pass's values: in own mode always its ratio, max downsample and strides, and any other field
   whose value differs from the first pass's. A "same" pass that custom settings could not reproduce (a preset
-  with values laid over it, whose hires variant differs) is recorded as `own` with its values.
+  with values laid over it, on a hires model of another family) is recorded as `own` with its values.
 
 A preset resolves per model, so these values are written once a pass knows its model (`tome_webui.lifecycle`
 updates them after each batch, before its infotexts are written).
@@ -150,7 +150,7 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
     mode = job.hires_mode
     hires = _resolved(job, True, families.get(True) or families.get(False))
     if mode == "same" and preset == CUSTOM and first is not None and hires is not None and hires != first:
-        mode = "own"  # a preset's hires variant with values laid over it: own custom settings reproduce it
+        mode = "own"  # a preset with values laid over it, resolved for another family: own settings reproduce it
     out[KEYS["hr_mode"]] = mode
     if mode == "own" and job.hires_preset != CUSTOM and not job.hires_changes:
         out[KEYS["hr_preset"]] = job.hires_preset

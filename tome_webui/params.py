@@ -5,8 +5,8 @@ This is the API contract of `alwayson_scripts: {"tome": {"args": [...]}}`.
 Speed presets
     `preset` picks one of the named speed settings of `tome_core.presets()` ("quality", "balanced", "fast",
     "fastest") or "custom" (the detailed settings). A preset is resolved when each sampling pass starts, for the
-    model that runs it (SD1.x/SD2.x or SDXL, `tome_core.model_family`) and for the pass (its Hires fix variant in
-    the hires pass). The infotext records the preset and the values that ran (`tome_webui.infotext`).
+    model that runs it (SD1.x/SD2.x or SDXL, `tome_core.model_family`), so a hires checkpoint or refiner of
+    another family gets that family's values. The infotext records the preset and the values that ran (`tome_webui.infotext`).
 
 Positional form
     The args are the values of the components `ui()` returns, in `ARG_NAMES` order. Positions never move: the
@@ -50,8 +50,8 @@ Dict form
     settings: missing keys of its own settings follow the first pass (a preset's values included).
 
 Hires fix pass
-    "same": the first pass's preset in its hires variant (`Preset.config(family, hires=True)`), or the same
-    custom settings. "own": the own preset (`hr_preset`) in its hires variant, or with `hr_preset` "custom"
+    "same": the first pass's preset (resolved for the hires pass's model) or the same custom settings. "own":
+    the own preset (`hr_preset`), or with `hr_preset` "custom"
     the first pass's values with own ratio, max downsample and strides. "off": no merging.
 
 Invalid input raises `TomeArgsError`, whose message names the argument and its allowed values. Nothing is
@@ -153,7 +153,7 @@ class TomeJob:
 
     `first`: the detailed ("custom") settings of the first pass. `preset`: the first pass's preset, or "custom"
     for `first`; `changes`: values laid over the preset (XYZ plot values, dict-form fields next to a preset).
-    The Hires fix pass (`hires_mode` "same", "own" or "off") starts from `hires_preset` in its hires variant, or
+    The Hires fix pass (`hires_mode` "same", "own" or "off") starts from `hires_preset`, or
     with "custom" from the first pass's config, and lays `hires_changes` over it. In "same" mode those are the
     first pass's preset and changes; in "own" mode the own preset, or the own ratio, max downsample and strides.
     """
@@ -184,7 +184,7 @@ class TomeJob:
             base = self.pass_config(False, family)
             assert base is not None
         else:
-            base = get_preset(self.hires_preset).config(_family(family), hires=True)
+            base = get_preset(self.hires_preset).config(_family(family))
         return base.replace(**dict(self.hires_changes)) if self.hires_changes else base
 
     def config_for(self, is_hr_pass: bool, family: str | None = None) -> TomeConfig | None:
