@@ -1,6 +1,6 @@
 # sd-webui-tome developer tasks. Everything runs on the CPU, offline after `make venv`.
 #   make venv    create/refresh .venv (incremental: only re-runs when a requirements file changes)
-#   make test    ruff check + ruff format --check + pytest (all but live-WebUI tests; browser tests skip without chromium)
+#   make test    ruff check + ruff format --check + pytest (all but live-WebUI/ComfyUI tests; browser tests skip without chromium)
 #   make bench   python -m tome_core.bench: SD1.5, 512 and 1024 px, ratio 0.5, ~8 min on 2 cores (BENCH_ARGS="..."
 #                passes options, e.g. BENCH_ARGS="--full" for the full matrix, 20-25 min)
 #   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,
@@ -22,7 +22,7 @@ TORCH_VERSION ?= 2.13.0
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.sd-webui-tome.stamp
-PYTEST_MARK ?= not webui
+PYTEST_MARK ?= not webui and not comfy
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 RUFF_PATHS ?= .

@@ -1,0 +1,11 @@
+"""A ComfyUI-shaped stand-in for the node tests (CI has no ComfyUI): the pieces ToMe's nodes touch, with ComfyUI's
+call order and clone/patch semantics, written from the facts in docs/comfyui-contract.md (no ComfyUI code).
+
+    patcher   ModelPatcher (clone, model_options, wrappers, attn patches/replacements, object patches),
+              WrapperExecutor, the OUTER_SAMPLE constant
+    unet      a tiny UNetModel with ComfyUI's block numbering, transformer_options and BasicTransformerBlock patch
+              points (attn1_patch, patches_replace, attn1_output_patch), SD-like and SDXL-like layouts, and a
+              UNet-less "DiT"
+    sampling  BaseModel.apply_model, calc_cond_batch, CFGGuider.sample/outer_sample/inner_sample, an Euler sampler
+              with ComfyUI's per-step callback, and `sample` (what KSampler runs)
+"""

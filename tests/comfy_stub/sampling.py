@@ -1,0 +1,201 @@
+"""Sampling as ComfyUI runs it (comfy/samplers.py, comfy/sampler_helpers.py, comfy/model_base.py), reduced to
+what a model patch can observe: which options reach the UNet, in which order the wrappers run, when the step
+callback fires, and which dicts are copies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .patcher import OUTER_SAMPLE, ModelPatcher, WrapperExecutor, copy_nested_dicts, merge_nested_dicts
+from .unet import CONTEXT_DIM, DiT, build_unet
+
+
+class SD15:
+    """Stand-ins for `comfy.supported_models` configs: only the class names matter to the nodes."""
+
+
+class SDXL:
+    pass
+
+
+class SSD1B(SDXL):
+    pass
+
+
+class Flux:
+    pass
+
+
+class BaseModel(nn.Module):
+    """`model_base.BaseModel`: `.diffusion_model`, `.model_config`, and `apply_model`, which calls the diffusion
+    model with `(x, t, context=..., control=..., transformer_options=...)`."""
+
+    def __init__(self, diffusion_model: nn.Module, model_config: Any) -> None:
+        super().__init__()
+        self.diffusion_model = diffusion_model
+        self.model_config = model_config
+
+    def apply_model(
+        self, x: torch.Tensor, t: torch.Tensor, c_crossattn: torch.Tensor, transformer_options: dict[str, Any]
+    ) -> torch.Tensor:
+        sigma = t
+        timestep = (sigma * 100).clamp(max=999)  # the model's timestep from sigma (a monotone map)
+        eps = self.diffusion_model(
+            x / (sigma.reshape(-1, 1, 1, 1) ** 2 + 1) ** 0.5,
+            timestep,
+            context=c_crossattn,
+            control=None,
+            transformer_options=transformer_options,
+        )
+        return x - eps * sigma.reshape(-1, 1, 1, 1)
+
+
+def load_checkpoint(family: str, seed: int = 0) -> ModelPatcher:
+    """What CheckpointLoaderSimple returns as MODEL: a ModelPatcher around a BaseModel."""
+    if family == "flux":
+        return ModelPatcher(BaseModel(DiT(), Flux()))
+    config = {"sd": SD15(), "sdxl": SDXL(), "ssd1b": SSD1B()}[family]
+    return ModelPatcher(BaseModel(build_unet("sd" if family == "sd" else "sdxl", seed), config))
+
+
+def calc_cond_batch(
+    model: BaseModel, conds: list[torch.Tensor], x: torch.Tensor, sigma: torch.Tensor, model_options: dict[str, Any]
+) -> list[torch.Tensor]:
+    """`samplers._calc_cond_batch`: one batched UNet call for the conds; a fresh transformer_options per call,
+    merged from the options' own, with `cond_or_uncond` and `sigmas` (the current sigma tensor) added."""
+    transformer_options: dict[str, Any] = {}
+    merge_nested_dicts(transformer_options, copy_nested_dicts(model_options.get("transformer_options", {})))
+    transformer_options["cond_or_uncond"] = list(range(len(conds)))
+    transformer_options["sigmas"] = sigma
+    batch = torch.cat([x] * len(conds))
+    out = model.apply_model(batch, torch.cat([sigma] * len(conds)), torch.cat(conds), transformer_options)
+    return list(out.chunk(len(conds)))
+
+
+class CFGGuider:
+    def __init__(self, model_patcher: ModelPatcher, positive: torch.Tensor, negative: torch.Tensor, cfg: float) -> None:
+        self.model_patcher = model_patcher
+        self.model_options = model_patcher.model_options
+        self.conds = {"positive": positive, "negative": negative}
+        self.cfg = cfg
+
+    def predict_noise(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict[str, Any]) -> torch.Tensor:
+        """`sampling_function`: cond and uncond in one call, CFG, then the post-CFG functions (PAG runs its extra
+        UNet call there, with its own attn1 replacement in a copy of the options)."""
+        model = self.inner_model
+        cond, uncond = calc_cond_batch(model, [self.conds["positive"], self.conds["negative"]], x, sigma, model_options)
+        denoised = uncond + (cond - uncond) * self.cfg
+        for fn in model_options.get("sampler_post_cfg_function", []):
+            denoised = fn(
+                {
+                    "model": model,
+                    "cond_denoised": cond,
+                    "uncond_denoised": uncond,
+                    "cond": self.conds["positive"],
+                    "denoised": denoised,
+                    "sigma": sigma,
+                    "model_options": model_options,
+                    "input": x,
+                }
+            )
+        return denoised
+
+    def inner_sample(
+        self,
+        noise: torch.Tensor,
+        sampler: Callable[..., torch.Tensor],
+        sigmas: torch.Tensor,
+        callback: Callable[..., Any] | None,
+    ) -> torch.Tensor:
+        extra = copy_nested_dicts(self.model_options)
+        extra.setdefault("transformer_options", {})["sample_sigmas"] = sigmas
+        return sampler(lambda x, s: self.predict_noise(x, s, extra), noise, sigmas, callback)
+
+    def outer_sample(
+        self,
+        noise: torch.Tensor,
+        latent_image: torch.Tensor,
+        sampler: Callable[..., torch.Tensor],
+        sigmas: torch.Tensor,
+        denoise_mask: Any = None,
+        callback: Callable[..., Any] | None = None,
+        disable_pbar: bool = False,
+        seed: int | None = None,
+    ) -> torch.Tensor:
+        self.inner_model = self.model_patcher.model  # prepare_sampling: the loaded BaseModel
+        try:
+            return self.inner_sample(noise + latent_image, sampler, sigmas, callback)
+        finally:
+            del self.inner_model
+
+    def sample(
+        self,
+        noise: torch.Tensor,
+        latent_image: torch.Tensor,
+        sampler: Callable[..., torch.Tensor],
+        sigmas: torch.Tensor,
+        callback: Callable[..., Any] | None = None,
+        seed: int | None = None,
+    ) -> torch.Tensor:
+        """A copy of the options for this sampling, the patcher's wrappers merged into it, then the OUTER_SAMPLE
+        wrappers around `outer_sample` with this guider as `class_obj`; the copy is dropped afterwards."""
+        original = self.model_options
+        try:
+            self.model_options = copy_nested_dicts(self.model_options)
+            merge_nested_dicts(
+                self.model_options["transformer_options"].setdefault("wrappers", {}), self.model_patcher.wrappers
+            )
+            wrappers = [
+                w
+                for ws in self.model_options["transformer_options"]["wrappers"].get(OUTER_SAMPLE, {}).values()
+                for w in ws
+            ]
+            executor = WrapperExecutor(self.outer_sample, self, wrappers)
+            return executor.execute(noise, latent_image, sampler, sigmas, None, callback, False, seed)
+        finally:
+            self.model_options = original
+
+
+def euler(
+    model: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    noise: torch.Tensor,
+    sigmas: torch.Tensor,
+    callback: Callable[..., Any] | None,
+) -> torch.Tensor:
+    """k-diffusion's Euler with KSAMPLER's callback: `callback(i, denoised, x, total_steps)` after each step."""
+    x = noise * sigmas[0]
+    total = sigmas.shape[-1] - 1
+    for i in range(total):
+        sigma = sigmas[i : i + 1]
+        denoised = model(x, sigma)
+        x = x + (x - denoised) / sigma * (sigmas[i + 1] - sigma)
+        if callback is not None:
+            callback(i, denoised, x, total)
+    return x
+
+
+def sample(
+    model: ModelPatcher,
+    seed: int = 0,
+    steps: int = 4,
+    size: int = 16,
+    cfg: float = 5.0,
+    denoise: float = 1.0,
+    latent: torch.Tensor | None = None,
+    callback: Callable[..., Any] | None = None,
+) -> torch.Tensor:
+    """What KSampler does: noise from the seed (its own generator), sigmas for `steps`, CFG guider, Euler."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (1, 4, size, size) if latent is None else tuple(latent.shape)
+    noise = torch.randn(shape, generator=generator)
+    full = [*torch.linspace(8.0, 0.1, round(steps / denoise)).tolist(), 0.0]
+    sigmas = torch.tensor(full[-(steps + 1) :])
+    cond = torch.randn(1, 5, CONTEXT_DIM, generator=generator)
+    uncond = torch.zeros(1, 5, CONTEXT_DIM)
+    guider = CFGGuider(model, cond, uncond, cfg)
+    with torch.no_grad():
+        return guider.sample(noise, latent if latent is not None else torch.zeros(shape), euler, sigmas, callback, seed)

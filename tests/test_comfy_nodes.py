@@ -1,0 +1,358 @@
+"""The ComfyUI nodes driven through a ComfyUI-shaped stand-in (tests/comfy_stub; no ComfyUI installed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from comfy_stub.patcher import OUTER_SAMPLE, ModelPatcher
+from comfy_stub.sampling import calc_cond_batch, load_checkpoint, sample
+
+import tome_core
+from tome_comfy import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+from tome_comfy.inputs import advanced_widgets, config_from_inputs
+from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE, v3_nodes
+from tome_comfy.sampling import WRAPPER_KEY, comfy_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tome(model: ModelPatcher, preset: str = "Balanced") -> ModelPatcher:
+    node = NODE_CLASS_MAPPINGS[TOME_NODE]()
+    return node.patch(model, preset)[0]
+
+
+def defaults() -> dict[str, Any]:
+    return {w.name: w.default for w in advanced_widgets()}
+
+
+def tome_advanced(model: ModelPatcher, **changes: Any) -> ModelPatcher:
+    node = NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE]()
+    return node.patch(model, **{**defaults(), **changes})[0]
+
+
+def unet_of(model: ModelPatcher) -> torch.nn.Module:
+    return model.model.diffusion_model
+
+
+def hook_count(module: torch.nn.Module) -> int:
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in module.modules())
+
+
+@pytest.fixture
+def sd() -> ModelPatcher:
+    return load_checkpoint("sd")
+
+
+# ---------------------------------------------------------------------------------------------- clone rules
+
+
+def test_node_returns_a_clone_and_leaves_the_input_model_unchanged(sd: ModelPatcher) -> None:
+    options = json.dumps(sd.model_options, default=str)
+    out = tome(sd, "Fast")
+    assert out is not sd and out.model is sd.model
+    assert sd.wrappers == {} and json.dumps(sd.model_options, default=str) == options
+    assert out.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY)
+    assert hook_count(unet_of(sd)) == 0 and not tome_core.is_patched(unet_of(sd))
+
+
+def test_without_the_node_sampling_is_bitwise_unchanged_before_and_after_tome_sampled(sd: ModelPatcher) -> None:
+    reference = sample(sd)
+    merged = sample(tome(sd, "Fastest"))
+    assert not torch.equal(merged, reference)
+    assert torch.equal(sample(sd), reference)
+    assert hook_count(unet_of(sd)) == 0
+
+
+def test_preset_a_custom_b_and_none_each_run_their_own_settings_in_any_order(sd: ModelPatcher) -> None:
+    a, b = tome(sd, "Fastest"), tome_advanced(sd, ratio=0.3, max_downsample="2")
+    first = {"none": sample(sd), "a": sample(a), "b": sample(b)}
+    assert not torch.equal(first["a"], first["b"])
+    assert not torch.equal(first["a"], first["none"]) and not torch.equal(first["b"], first["none"])
+    for name, model in (("b", b), ("none", sd), ("a", a), ("b", b), ("a", a), ("none", sd)):
+        assert torch.equal(sample(model), first[name]), name
+
+
+def test_a_later_tome_node_replaces_the_earlier_settings_on_its_clone(sd: ModelPatcher) -> None:
+    chained = tome(tome(sd, "Fastest"), "Quality")
+    assert len(chained.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY)) == 1
+    assert torch.equal(sample(chained), sample(tome(sd, "Quality")))
+
+
+def test_the_patch_is_removed_after_an_exception_during_sampling(sd: ModelPatcher) -> None:
+    reference = sample(sd)
+
+    def interrupt(step: int, *args: Any) -> None:
+        if step == 1:
+            raise KeyboardInterrupt("interrupted")  # ComfyUI's interrupt also raises out of the step callback
+
+    with pytest.raises(KeyboardInterrupt):
+        sample(tome(sd, "Fast"), callback=interrupt)
+    assert not tome_core.is_patched(unet_of(sd)) and hook_count(unet_of(sd)) == 0
+    assert torch.equal(sample(sd), reference)
+
+
+def test_hooks_exist_only_while_the_clone_samples(sd: ModelPatcher) -> None:
+    seen: list[int] = []
+    sample(tome(sd, "Balanced"), callback=lambda step, *a: seen.append(hook_count(unet_of(sd))))
+    assert seen and all(count > 0 for count in seen)
+    assert hook_count(unet_of(sd)) == 0
+
+
+def test_random_partitions_leave_the_global_rng_alone(sd: ModelPatcher) -> None:
+    model = tome_advanced(sd, use_rand=True, tome_seed=7)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    sample(model)
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------------------------------- presets, families
+
+
+@pytest.mark.parametrize(("family", "expected"), [("sd", "sd"), ("sdxl", "sdxl"), ("ssd1b", "sdxl")])
+def test_preset_resolves_for_the_family_of_comfyuis_model_config(family: str, expected: str, caplog: Any) -> None:
+    model = load_checkpoint(family)
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome(model, "Fast"))
+    assert f"Fast for {expected}" in caplog.text
+    preset = tome_core.get_preset("fast").config(expected)
+    tome_core.apply_patch(unet_of(model), preset)  # the same settings applied by hand give the same image
+    try:
+        by_hand = sample(model)
+    finally:
+        tome_core.remove_patch(unet_of(model))
+    assert torch.equal(sample(tome(model, "Fast")), by_hand)
+
+
+def test_step_window_follows_the_samplers_step_callback(sd: ModelPatcher) -> None:
+    unet = unet_of(sd)
+    steps: list[Any] = []
+    sample(
+        tome_advanced(sd, step_start=0.5),
+        steps=4,
+        callback=lambda step, *a: steps.append(
+            tome_core.get_config(unet) and unet.__dict__[tome_core.patch.STATE_ATTR].step
+        ),
+    )
+    assert steps == [(1, 4), (2, 4), (3, 4), (4, 4)]  # set after each step for the next one: host values
+    half, full = sample(tome_advanced(sd, step_start=0.5)), sample(tome_advanced(sd))
+    assert not torch.equal(half, full) and not torch.equal(half, sample(sd))
+
+
+# ---------------------------------------------------------------------------------------------- never silent
+
+
+def test_full_merge_is_logged_once_per_sampling(sd: ModelPatcher, caplog: Any) -> None:
+    """Default settings (ratio 0.5, max downsample auto: the three level-1 blocks), not a preset being re-tuned."""
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome_advanced(sd))
+    lines = [r for r in caplog.records if r.name == "tome"]
+    assert len(lines) == 1 and "merged in 3 of 3 selected blocks" in lines[0].getMessage()
+
+
+def test_attention_replaced_in_every_call_is_counted_and_named(sd: ModelPatcher, caplog: Any) -> None:
+    replaced = sd.clone()
+    replaced.set_model_attn1_replace(lambda q, k, v, extra: v, "input", 1)  # a level-1 block ToMe selects
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome_advanced(replaced))
+    text = caplog.text
+    assert "merged in 2 of 3 selected blocks" in text
+    assert "attention replaced by another node in every call" in text
+    assert "input.1.0 (4 of 4 UNet calls)" in text
+
+
+def test_pag_like_extra_call_with_replaced_attention_is_reported(sd: ModelPatcher, caplog: Any) -> None:
+    def post_cfg(args: dict[str, Any]) -> torch.Tensor:
+        from comfy_stub.patcher import set_model_options_patch_replace
+
+        options = set_model_options_patch_replace(
+            args["model_options"], lambda q, k, v, e: v, "attn1", "middle", 0, None
+        )
+        (pag,) = calc_cond_batch(args["model"], [args["cond"]], args["input"], args["sigma"], options)
+        return args["denoised"] + (args["cond_denoised"] - pag) * 0.5
+
+    pag = sd.clone()
+    pag.set_model_sampler_post_cfg_function(post_cfg)
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome_advanced(pag, max_downsample="8"), steps=3)
+    assert "self-attention replaced by another node" in caplog.text
+    assert "middle.0.0 (3 of 6 UNet calls)" in caplog.text
+
+
+def test_comfyuis_builtin_tomesd_is_skipped_and_ours_runs_alone(sd: ModelPatcher, caplog: Any) -> None:
+    calls: list[str] = []
+
+    def builtin_m(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, extra: Any) -> Any:
+        calls.append("m")
+        return q[:, ::2], k, v
+
+    def builtin_u(n: torch.Tensor, extra: Any) -> torch.Tensor:
+        return n.repeat_interleave(2, 1)
+
+    for fn in (builtin_m, builtin_u):
+        fn.__module__ = "comfy_extras.nodes_tomesd"
+    with_builtin = sd.clone()
+    with_builtin.set_model_attn1_patch(builtin_m)
+    with_builtin.set_model_attn1_output_patch(builtin_u)
+    caplog.set_level(logging.INFO, logger="tome")
+    ours_only = sample(tome(sd, "Balanced"))
+    both = sample(tome(with_builtin, "Balanced"))
+    assert calls == [] and torch.equal(both, ours_only)
+    assert "TomePatchModel is on this model too; ToMe (Balanced for sd) runs" in caplog.text
+    sample(with_builtin)  # without our node the built-in still runs as before
+    assert calls
+
+
+def test_model_without_a_unet_runs_unchanged_and_says_so(caplog: Any) -> None:
+    flux = load_checkpoint("flux")
+    caplog.set_level(logging.INFO, logger="tome")
+    assert torch.equal(sample(tome(flux, "Fast")), sample(flux))
+    assert "Flux has no UNet transformer blocks" in caplog.text
+
+
+def test_no_block_at_the_selected_levels_is_reported(caplog: Any) -> None:
+    sdxl = load_checkpoint("sdxl")
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome_advanced(sdxl, max_downsample="1"))
+    assert "merged in 0 of 0 blocks" in caplog.text and "has them at 2, 4" in caplog.text
+
+
+def test_comfy_block_keys_follow_comfyuis_numbering_and_levels(sd: ModelPatcher) -> None:
+    keys = {label: level for label, _, level in comfy_blocks(unet_of(sd))}
+    assert keys == {
+        "input.1.0": 1,
+        "input.3.0": 2,
+        "middle.0.0": 4,
+        "output.2.0": 2,
+        "output.3.0": 2,
+        "output.4.0": 1,
+        "output.5.0": 1,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def test_advanced_inputs_come_from_the_field_table() -> None:
+    inputs = NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].INPUT_TYPES()["required"]
+    for spec in tome_core.field_specs():
+        name = "tome_seed" if spec.name == "seed" else spec.name
+        kind, extra = inputs[name]
+        if spec.choices is not None:
+            assert kind == [str(c) for c in spec.choices] and extra["default"] == str(spec.default)
+        elif spec.kind is bool:
+            assert kind == "BOOLEAN" and extra["default"] is spec.default
+        else:
+            assert extra["max"] == spec.maximum and extra["step"] == spec.step
+            assert extra["min"] == (spec.minimum - 1 if spec.optional else spec.minimum)
+    assert next(iter(inputs)) == "model" and len(inputs) == len(tome_core.field_specs()) + 1
+
+
+def test_preset_input_lists_the_core_presets_by_label() -> None:
+    kind, extra = NODE_CLASS_MAPPINGS[TOME_NODE].INPUT_TYPES()["required"]["preset"]
+    assert kind == [p.label for p in tome_core.presets()]
+    assert extra["default"] == tome_core.get_preset(tome_core.DEFAULT_PRESET).label
+
+
+def test_optional_fields_take_minus_one_as_none() -> None:
+    config = config_from_inputs(defaults())
+    assert config == tome_core.TomeConfig()
+    assert config_from_inputs({**defaults(), "tome_seed": 5, "mlp_ratio": 0.25}).seed == 5
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"ratio": 0.9, "sx": 1, "sy": 2}, "'ratio'"),
+        ({"merge_mlp": True, "mlp_ratio": 0.8, "sx": 2, "sy": 1}, "'mlp_ratio'"),
+        ({"step_start": 0.6, "step_end": 0.4}, "step_start"),
+        ({"mlp_ratio": -0.5}, "mlp_ratio"),
+        ({"tome_seed": -3}, "tome_seed"),
+        ({"mode": "fast"}, "'mode'"),
+        ({"max_downsample": "3"}, "'max_downsample'"),
+    ],
+)
+def test_values_that_cannot_run_raise_naming_the_input(sd: ModelPatcher, changes: dict[str, Any], named: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=named):
+        tome_advanced(sd, **changes)
+    assert sd.wrappers == {}
+
+
+def test_unknown_preset_raises_naming_the_input(sd: ModelPatcher) -> None:
+    with pytest.raises(ValueError, match="input 'preset' must be one of Quality, Balanced, Fast, Fastest"):
+        tome(sd, "Turbo")
+
+
+def test_v3_nodes_declare_the_same_inputs() -> None:
+    class Recorder:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def Input(self, name: str, **kw: Any) -> tuple[str, str, dict[str, Any]]:
+            return (self.kind, name, kw)
+
+        def Output(self) -> str:
+            return self.kind
+
+    class FakeIO:
+        Model, Float, Int, Boolean, Combo = (Recorder(k) for k in ("MODEL", "FLOAT", "INT", "BOOLEAN", "COMBO"))
+
+        class ComfyNode:
+            pass
+
+        @staticmethod
+        def Schema(**kw: Any) -> dict[str, Any]:
+            return kw
+
+        @staticmethod
+        def NodeOutput(*values: Any) -> tuple[Any, ...]:
+            return values
+
+    nodes = v3_nodes(FakeIO)
+    schema = nodes[TOME_ADVANCED_NODE].define_schema()
+    names = [name for _, name, _ in schema["inputs"]]
+    classic = list(NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].INPUT_TYPES()["required"])
+    assert names == classic and schema["node_id"] == TOME_ADVANCED_NODE
+    ratio = next(kw for kind, name, kw in schema["inputs"] if name == "ratio")
+    spec = tome_core.field_spec("ratio")
+    assert (ratio["min"], ratio["max"], ratio["default"]) == (spec.minimum, spec.maximum, spec.default)
+    model = load_checkpoint("sd")
+    (out,) = nodes[TOME_NODE].execute(model, "Fast")
+    assert out.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY) and NODE_DISPLAY_NAME_MAPPINGS[TOME_NODE]
+
+
+# ---------------------------------------------------------------------------------------------- the root entry point
+
+
+def test_root_init_is_cheap_and_exports_the_mappings() -> None:
+    """As ComfyUI loads a custom node folder: the root __init__.py under a path-derived name, in a fresh process."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('custom_nodes_x_tome', {str(ROOT / '__init__.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "heavy = [m for m in ('torch', 'tome_webui', 'gradio', 'tome_core', 'modules') if m in sys.modules]\n"
+        "print(sorted(module.NODE_CLASS_MAPPINGS), sorted(module.NODE_DISPLAY_NAME_MAPPINGS), heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout.strip()
+        == f"{sorted([TOME_NODE, TOME_ADVANCED_NODE])} {sorted([TOME_NODE, TOME_ADVANCED_NODE])} []"
+    )
+
+
+def test_install_py_installs_nothing_when_comfyui_manager_runs_it() -> None:
+    """ComfyUI-Manager runs `python install.py` in the node folder, with no WebUI `launch` module."""
+    result = subprocess.run([sys.executable, "install.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "nothing to install" in result.stdout
+    assert not (ROOT / "requirements.txt").exists()  # Manager would pip-install it

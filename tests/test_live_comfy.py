@@ -1,0 +1,379 @@
+"""Live checks against a running ComfyUI with this repository in custom_nodes/, through its HTTP API.
+
+Not run by `make test` (marker `comfy`); skipped unless `TOME_COMFY_URL` is set. Environment:
+
+    TOME_COMFY_URL       the server, e.g. http://127.0.0.1:8188 (python main.py --cpu --listen 127.0.0.1 --port 8188
+                         --cache-none: every queued prompt runs again)
+    TOME_COMFY_SD15      SD1.5 checkpoint name in models/checkpoints (default: the first with "sd15" in its name)
+    TOME_COMFY_SDXL      SDXL checkpoint name (default: the first with "sdxl"; the SDXL checks skip without one)
+    TOME_COMFY_LOG       the server's log file, for the checks of what ToMe logs (skipped without it)
+
+Run: `TOME_COMFY_URL=http://127.0.0.1:8188 TOME_COMFY_LOG=comfy.log python -m pytest -m comfy tests/test_live_comfy.py -v`.
+Images are tiny (SD1.5 128 px, SDXL 256 px, 2-4 steps): random-weight checkpoints make noise, compared bitwise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.comfy,
+    pytest.mark.skipif(not os.environ.get("TOME_COMFY_URL"), reason="TOME_COMFY_URL is not set"),
+]
+
+URL = os.environ.get("TOME_COMFY_URL", "").rstrip("/")
+LOG = os.environ.get("TOME_COMFY_LOG")
+PRESETS = ("Quality", "Balanced", "Fast", "Fastest")
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "comfyui_tome_hires.json"
+
+
+def request(path: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(URL + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(
+                raw
+            ) if raw and resp.headers.get_content_type() == "application/json" else raw
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def checkpoint(kind: str) -> str | None:
+    wanted = os.environ.get(f"TOME_COMFY_{kind.upper()}")
+    if wanted:
+        return wanted
+    _, info = request("/object_info/CheckpointLoaderSimple")
+    names = info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"]
+    names = names[1]["options"] if isinstance(names[1], dict) and "options" in names[1] else names[0]
+    return next((n for n in names if kind in n.lower()), None)
+
+
+def base(ckpt: str, size: int, steps: int, seed: int = 1) -> dict[str, Any]:
+    """Checkpoint, prompts, empty latent; samplers and their outputs are added by the checks."""
+    return {
+        "ckpt": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": ckpt}},
+        "pos": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red house by a lake", "clip": ["ckpt", 1]}},
+        "neg": {"class_type": "CLIPTextEncode", "inputs": {"text": "blurry", "clip": ["ckpt", 1]}},
+        "latent": {"class_type": "EmptyLatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
+        "_steps": steps,
+        "_seed": seed,
+    }
+
+
+def sampler(
+    graph: dict[str, Any],
+    name: str,
+    model: list[Any],
+    latent: list[Any],
+    denoise: float = 1.0,
+    positive: list[Any] | None = None,
+) -> list[Any]:
+    graph[name] = {
+        "class_type": "KSampler",
+        "inputs": {
+            "model": model,
+            "seed": graph["_seed"],
+            "steps": graph["_steps"],
+            "cfg": 5.0,
+            "sampler_name": "euler",
+            "scheduler": "normal",
+            "positive": positive or ["pos", 0],
+            "negative": ["neg", 0],
+            "latent_image": latent,
+            "denoise": denoise,
+        },
+    }
+    return [name, 0]
+
+
+def save(graph: dict[str, Any], name: str, samples: list[Any]) -> None:
+    graph[f"{name}_decode"] = {"class_type": "VAEDecode", "inputs": {"samples": samples, "vae": ["ckpt", 2]}}
+    graph[f"{name}_save"] = {
+        "class_type": "SaveImage",
+        "inputs": {"images": [f"{name}_decode", 0], "filename_prefix": f"tome_live_{name}"},
+    }
+
+
+def tome(graph: dict[str, Any], name: str, preset: str, model: list[Any] | None = None) -> list[Any]:
+    graph[name] = {
+        "class_type": "tome_ToMe",
+        "inputs": {"model": model or ["ckpt", 0], "preset": preset},
+    }
+    return [name, 0]
+
+
+def advanced_defaults() -> dict[str, Any]:
+    _, info = request("/object_info/tome_ToMeAdvanced")
+    required = info["tome_ToMeAdvanced"]["input"]["required"]
+    return {k: v[1]["default"] for k, v in required.items() if k != "model"}
+
+
+def tome_advanced(graph: dict[str, Any], name: str, model: list[Any] | None = None, **changes: Any) -> list[Any]:
+    graph[name] = {
+        "class_type": "tome_ToMeAdvanced",
+        "inputs": {"model": model or ["ckpt", 0], **advanced_defaults(), **changes},
+    }
+    return [name, 0]
+
+
+def queue(graph: dict[str, Any]) -> tuple[int, Any]:
+    prompt = {k: v for k, v in graph.items() if not k.startswith("_")}
+    return request("/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})
+
+
+def wait(prompt_id: str, timeout: float = 900) -> dict[str, Any]:
+    end = time.time() + timeout
+    while time.time() < end:
+        _, history = request(f"/history/{prompt_id}")
+        if history and prompt_id in history and history[prompt_id].get("status", {}).get("completed") is not None:
+            entry = history[prompt_id]
+            if entry["status"].get("status_str") in ("success", "error"):
+                return entry
+        time.sleep(1)
+    raise TimeoutError(prompt_id)
+
+
+def run(graph: dict[str, Any]) -> dict[str, bytes]:
+    """Queue, wait, and return each saved image's pixels (RGB bytes) by its save node's name."""
+    from PIL import Image
+
+    status, body = queue(graph)
+    assert status == 200, body
+    entry = wait(body["prompt_id"])
+    assert entry["status"]["status_str"] == "success", entry["status"]
+    out = {}
+    for node, output in entry["outputs"].items():
+        for image in output.get("images", []):
+            query = urllib.parse.urlencode({k: image[k] for k in ("filename", "subfolder", "type")})
+            _, raw = request(f"/view?{query}")
+            out[node.removesuffix("_save")] = Image.open(io.BytesIO(raw)).convert("RGB").tobytes()
+    return out
+
+
+def log_after(mark: int) -> str:
+    return Path(LOG).read_text(errors="replace")[mark:] if LOG else ""
+
+
+def log_mark() -> int:
+    return len(Path(LOG).read_text(errors="replace")) if LOG else 0
+
+
+@pytest.fixture(scope="module")
+def sd15() -> str:
+    name = checkpoint("sd15")
+    if name is None:
+        pytest.skip("no SD1.5 checkpoint")
+    return name
+
+
+@pytest.fixture(scope="module")
+def reference(sd15: str) -> bytes:
+    graph = base(sd15, 128, 4)
+    save(graph, "ref", sampler(graph, "k", ["ckpt", 0], ["latent", 0]))
+    return run(graph)["ref"]
+
+
+def test_nodes_are_registered_with_the_core_field_table() -> None:
+    _, info = request("/object_info/tome_ToMe")
+    preset = info["tome_ToMe"]["input"]["required"]["preset"]
+    assert tuple(preset[1].get("options") or preset[0]) == PRESETS
+    defaults = advanced_defaults()
+    assert defaults["ratio"] == 0.5 and defaults["max_downsample"] == "auto" and defaults["tome_seed"] == -1
+
+
+def test_without_the_node_the_image_repeats_bitwise(sd15: str, reference: bytes) -> None:
+    graph = base(sd15, 128, 4)
+    save(graph, "ref", sampler(graph, "k", ["ckpt", 0], ["latent", 0]))
+    assert run(graph)["ref"] == reference
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_preset_changes_the_image_and_logs_its_blocks(sd15: str, reference: bytes, preset: str) -> None:
+    mark = log_mark()
+    graph = base(sd15, 128, 4)
+    save(graph, "p", sampler(graph, "k", tome(graph, "t", preset), ["latent", 0]))
+    assert run(graph)["p"] != reference
+    if LOG:
+        assert f"ToMe ({preset} for sd)" in log_after(mark)
+
+
+def test_two_samplers_with_different_settings_and_one_without_in_one_prompt(sd15: str, reference: bytes) -> None:
+    graph = base(sd15, 128, 4)
+    save(graph, "a", sampler(graph, "ka", tome(graph, "ta", "Fastest"), ["latent", 0]))
+    save(graph, "b", sampler(graph, "kb", tome_advanced(graph, "tb", ratio=0.3, max_downsample="2"), ["latent", 0]))
+    save(graph, "none", sampler(graph, "kn", ["ckpt", 0], ["latent", 0]))
+    together = run(graph)
+    assert together["none"] == reference and together["a"] != together["b"] != reference
+    alone_a = base(sd15, 128, 4)
+    save(alone_a, "a", sampler(alone_a, "ka", tome(alone_a, "ta", "Fastest"), ["latent", 0]))
+    alone_b = base(sd15, 128, 4)
+    save(
+        alone_b, "b", sampler(alone_b, "kb", tome_advanced(alone_b, "tb", ratio=0.3, max_downsample="2"), ["latent", 0])
+    )
+    assert run(alone_b)["b"] == together["b"] and run(alone_a)["a"] == together["a"]
+
+
+def test_hires_two_pass_workflow_with_a_tome_node_per_pass(sd15: str) -> None:
+    graph = base(sd15, 128, 3)
+    first = sampler(graph, "k1", tome(graph, "t1", "Balanced"), ["latent", 0])
+    graph["up"] = {
+        "class_type": "LatentUpscaleBy",
+        "inputs": {"samples": first, "upscale_method": "nearest-exact", "scale_by": 1.5},
+    }
+    second = sampler(graph, "k2", tome(graph, "t2", "Fast"), ["up", 0], denoise=0.5)
+    save(graph, "hires", second)
+    plain = json.loads(json.dumps(graph))
+    for name in ("k1", "k2"):
+        plain[name]["inputs"]["model"] = ["ckpt", 0]
+    assert run(graph)["hires"] != run(plain)["hires"]
+
+
+def test_example_workflow_file_is_a_valid_ui_workflow() -> None:
+    workflow = json.loads(EXAMPLE.read_text())
+    types = [node["type"] for node in workflow["nodes"]]
+    assert types.count("tome_ToMe") == 2 and types.count("KSampler") == 2
+
+
+def test_interrupted_prompt_leaves_nothing_behind(sd15: str, reference: bytes) -> None:
+    graph = base(sd15, 256, 30)
+    save(graph, "long", sampler(graph, "k", tome(graph, "t", "Fastest"), ["latent", 0]))
+    status, body = queue(graph)
+    assert status == 200, body
+    started = time.time()
+    while time.time() - started < 300:  # until it samples
+        _, q = request("/queue")
+        if any(item[1] == body["prompt_id"] for item in q["queue_running"]):
+            break
+        time.sleep(0.5)
+    time.sleep(8)
+    threading.Thread(target=request, args=("/interrupt", {})).start()
+    entry = wait(body["prompt_id"])
+    assert entry["status"]["status_str"] == "error"
+    graph = base(sd15, 128, 4)
+    save(graph, "ref", sampler(graph, "k", ["ckpt", 0], ["latent", 0]))
+    assert run(graph)["ref"] == reference
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"ratio": 2.0}, "ratio"),
+        ({"sx": 0}, "sx"),
+        ({"mode": "fast"}, "mode"),
+        ({"max_downsample": "3"}, "max_downsample"),
+    ],
+)
+def test_out_of_range_values_are_refused_by_validation_naming_the_input(
+    sd15: str, changes: dict[str, Any], named: str
+) -> None:
+    graph = base(sd15, 128, 2)
+    save(graph, "bad", sampler(graph, "k", tome_advanced(graph, "t", **changes), ["latent", 0]))
+    status, body = queue(graph)
+    assert status == 400
+    errors = body["node_errors"]["t"]["errors"]
+    assert any(named in (e.get("details", "") + e.get("message", "")) for e in errors), errors
+
+
+def test_values_that_pass_validation_but_cannot_run_fail_naming_the_input(sd15: str) -> None:
+    graph = base(sd15, 128, 2)
+    save(graph, "bad", sampler(graph, "k", tome_advanced(graph, "t", step_start=0.6, step_end=0.4), ["latent", 0]))
+    status, body = queue(graph)
+    assert status == 200
+    entry = wait(body["prompt_id"])
+    assert entry["status"]["status_str"] == "error"
+    text = json.dumps(entry["status"]["messages"])
+    assert "step_start" in text and "tome_ToMeAdvanced" in text
+
+
+def test_reloading_the_pngs_prompt_gives_the_same_image(sd15: str) -> None:
+    from PIL import Image
+
+    graph = base(sd15, 128, 3)
+    save(graph, "png", sampler(graph, "k", tome_advanced(graph, "t", tome_seed=11, ratio=0.6), ["latent", 0]))
+    status, body = queue(graph)
+    assert status == 200, body
+    entry = wait(body["prompt_id"])
+    image = entry["outputs"]["png_save"]["images"][0]
+    _, raw = request("/view?" + urllib.parse.urlencode({k: image[k] for k in ("filename", "subfolder", "type")}))
+    png = Image.open(io.BytesIO(raw))
+    stored = json.loads(png.info["prompt"])
+    assert stored["t"]["inputs"]["tome_seed"] == 11
+    status, again = request("/prompt", {"prompt": stored})
+    assert status == 200, again
+    entry2 = wait(again["prompt_id"])
+    image2 = entry2["outputs"]["png_save"]["images"][0]
+    _, raw2 = request("/view?" + urllib.parse.urlencode({k: image2[k] for k in ("filename", "subfolder", "type")}))
+    assert Image.open(io.BytesIO(raw2)).convert("RGB").tobytes() == png.convert("RGB").tobytes()
+
+
+@pytest.mark.skipif(not LOG, reason="TOME_COMFY_LOG is not set")
+def test_perturbed_attention_guidance_replacing_attention_is_logged(sd15: str) -> None:
+    mark = log_mark()
+    graph = base(sd15, 128, 2)
+    model = tome_advanced(graph, "t", max_downsample="8")
+    graph["pag"] = {"class_type": "PerturbedAttentionGuidance", "inputs": {"model": model, "scale": 3.0}}
+    save(graph, "pag", sampler(graph, "k", ["pag", 0], ["latent", 0]))
+    run(graph)
+    text = log_after(mark)
+    assert "self-attention replaced by another node" in text and "middle.0.0 (2 of 4 UNet calls)" in text
+
+
+@pytest.mark.skipif(not LOG, reason="TOME_COMFY_LOG is not set")
+def test_with_comfyuis_tomepatchmodel_only_ours_runs(sd15: str) -> None:
+    mark = log_mark()
+    graph = base(sd15, 128, 3)
+    graph["builtin"] = {"class_type": "TomePatchModel", "inputs": {"model": ["ckpt", 0], "ratio": 0.5}}
+    save(graph, "both", sampler(graph, "k1", tome(graph, "t1", "Balanced", model=["builtin", 0]), ["latent", 0]))
+    save(graph, "ours", sampler(graph, "k2", tome(graph, "t2", "Balanced"), ["latent", 0]))
+    save(graph, "theirs", sampler(graph, "k3", ["builtin", 0], ["latent", 0]))
+    out = run(graph)
+    assert out["both"] == out["ours"] != out["theirs"]
+    assert "TomePatchModel is on this model too; ToMe (Balanced for sd) runs" in log_after(mark)
+
+
+def test_area_conditioning_with_the_node(sd15: str) -> None:
+    graph = base(sd15, 128, 3)
+    graph["area"] = {
+        "class_type": "ConditioningSetArea",
+        "inputs": {"conditioning": ["pos", 0], "width": 64, "height": 64, "x": 32, "y": 32, "strength": 1.0},
+    }
+    graph["both"] = {
+        "class_type": "ConditioningCombine",
+        "inputs": {"conditioning_1": ["pos", 0], "conditioning_2": ["area", 0]},
+    }
+    mark = log_mark()
+    save(graph, "area", sampler(graph, "k", tome(graph, "t", "Fastest"), ["latent", 0], positive=["both", 0]))
+    plain = json.loads(json.dumps(graph))
+    plain["k"]["inputs"]["model"] = ["ckpt", 0]
+    assert run(graph)["area"] != run(plain)["area"]
+    if LOG:
+        assert "ToMe (Fastest for sd): merged in" in log_after(mark)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sdxl_with_each_preset(preset: str) -> None:
+    ckpt = checkpoint("sdxl")
+    if ckpt is None:
+        pytest.skip("no SDXL checkpoint")
+    mark = log_mark()
+    graph = base(ckpt, 256, 2)
+    save(graph, "x", sampler(graph, "k", tome(graph, "t", preset), ["latent", 0]))
+    plain = json.loads(json.dumps(graph))
+    plain["k"]["inputs"]["model"] = ["ckpt", 0]
+    assert run(graph)["x"] != run(plain)["x"]
+    if LOG:
+        assert f"ToMe ({preset} for sdxl)" in log_after(mark)

@@ -1,0 +1,156 @@
+"""The nodes' inputs, generated from `tome_core.field_specs()` and `tome_core.presets()`: no number is restated here.
+
+`Widget` is one node input in host-neutral form; `classic_input` renders it for ComfyUI's `INPUT_TYPES` and
+`tome_comfy.nodes` renders it for the V3 schema. `config_from_inputs` turns the values ComfyUI passes back into a
+`TomeConfig`, raising an error that names the input for anything ComfyUI's own min/max/choices check let through.
+
+Two things ComfyUI's widgets cannot express directly:
+- an optional field (`None` allowed, e.g. `seed`, `mlp_ratio`) has no "empty" widget value: its widget accepts one
+  extra value below the field's range, `minimum - 1`, which means None;
+- an input named `seed` gets the front-end's "control after generate" widget (randomize on every queue), which would
+  re-seed the partitions on every run: that field's input is called `tome_seed` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tome_core.config import FieldSpec, TomeConfig, field_specs
+from tome_core.presets import DEFAULT_PRESET, Preset, presets
+
+#: Field name -> input name, where the field's own name means something else to ComfyUI's front-end.
+INPUT_NAMES: Mapping[str, str] = {"seed": "tome_seed"}
+
+
+@dataclass(frozen=True)
+class Widget:
+    """One node input: ComfyUI type ("FLOAT", "INT", "BOOLEAN", "COMBO"), default, range or options, tooltip."""
+
+    name: str
+    kind: str
+    default: Any
+    tooltip: str
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None
+    options: tuple[str, ...] | None = None
+    field: str | None = None  # the TomeConfig field it sets
+
+
+def _none_value(spec: FieldSpec) -> float:
+    """The widget value standing for None in an optional numeric field: one below the field's range."""
+    if spec.minimum is None:
+        raise ValueError(f"optional field {spec.name} needs a minimum to place its None value below")
+    return spec.minimum - 1
+
+
+def field_widget(spec: FieldSpec) -> Widget:
+    """The widget of one `TomeConfig` field."""
+    name = INPUT_NAMES.get(spec.name, spec.name)
+    tooltip = f"{spec.label}: {spec.help}"
+    if spec.choices is not None:
+        options = tuple(str(c) for c in spec.choices)
+        return Widget(name, "COMBO", str(spec.default), tooltip, options=options, field=spec.name)
+    if spec.kind is bool:
+        return Widget(name, "BOOLEAN", spec.default, tooltip, field=spec.name)
+    kind = "INT" if spec.kind is int else "FLOAT"
+    minimum, default = spec.minimum, spec.default
+    if spec.optional:
+        minimum = _none_value(spec)
+        default = minimum if default is None else default
+        tooltip += f" {_num(minimum)} = None."
+    cast = int if kind == "INT" else float
+    return Widget(
+        name,
+        kind,
+        cast(default),
+        tooltip,
+        minimum=None if minimum is None else cast(minimum),
+        maximum=None if spec.maximum is None else cast(spec.maximum),
+        step=None if spec.step is None else cast(spec.step),
+        field=spec.name,
+    )
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def advanced_widgets() -> tuple[Widget, ...]:
+    """Every `TomeConfig` field, in the field table's order."""
+    return tuple(field_widget(spec) for spec in field_specs())
+
+
+def preset_by_label() -> dict[str, Preset]:
+    return {p.label: p for p in presets()}
+
+
+def preset_widgets() -> tuple[Widget, ...]:
+    """The simple node's input: the preset, by label."""
+    labels = tuple(preset_by_label())
+    default = next(p.label for p in presets() if p.name == DEFAULT_PRESET)
+    help_text = " ".join(f"{p.label}: {p.help}" for p in presets())
+    return (
+        Widget(
+            "preset",
+            "COMBO",
+            default,
+            f"Speed against fidelity, resolved for the model's family. {help_text}",
+            options=labels,
+        ),
+    )
+
+
+def classic_input(widget: Widget) -> tuple[Any, ...]:
+    """The `INPUT_TYPES` entry of a widget: `(type, options)` or `(choices, options)` for a combo."""
+    extra: dict[str, Any] = {"default": widget.default, "tooltip": widget.tooltip}
+    if widget.kind == "COMBO":
+        return (list(widget.options or ()), extra)
+    for key in ("minimum", "maximum", "step"):
+        value = getattr(widget, key)
+        if value is not None:
+            extra[key[:3] if key != "step" else key] = value
+    return (widget.kind, extra)
+
+
+def config_from_inputs(values: Mapping[str, Any]) -> TomeConfig:
+    """The `TomeConfig` of the advanced node's input values; ValueError/TypeError naming the input otherwise.
+
+    Besides the field checks of `TomeConfig`, a ratio the strides cannot reach is an error here (the core caps it
+    with a warning): in a node graph the value on screen must be the value that runs.
+    """
+    fields: dict[str, Any] = {}
+    for spec in field_specs():
+        widget = field_widget(spec)
+        if widget.name not in values:
+            raise ValueError(f"input {widget.name!r} is missing")
+        value = values[widget.name]
+        if spec.choices is not None:
+            by_text = {str(c): c for c in spec.choices}
+            if str(value) not in by_text:
+                raise ValueError(f"input {widget.name!r} must be one of {', '.join(by_text)}, got {value!r}")
+            value = by_text[str(value)]
+        elif spec.optional and isinstance(value, (int, float)) and value == _none_value(spec):
+            value = None
+        fields[spec.name] = value
+    try:
+        config = TomeConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(_with_input_names(str(exc))) from exc
+    used = config.ratios_by_kind  # only a ratio that merges something must be reachable
+    for name, kind, ratio in (("ratio", "attn", config.ratio), ("mlp_ratio", "mlp", config.mlp_ratio)):
+        if kind in used and ratio is not None and ratio > config.max_ratio + 1e-9:
+            raise ValueError(
+                f"input {name!r}={ratio} is more than strides sx={config.sx}, sy={config.sy} can merge"
+                f" (at most 1 - 1/(sx*sy) = {config.max_ratio:.3f}): lower {name} or raise sx/sy"
+            )
+    return config
+
+
+def _with_input_names(message: str) -> str:
+    """A core error message with each renamed field also called by its input name."""
+    for field_name, input_name in INPUT_NAMES.items():
+        message = message.replace(f"TomeConfig.{field_name} ", f"TomeConfig.{field_name} (input {input_name!r}) ")
+    return message

@@ -1,0 +1,136 @@
+"""The two ComfyUI nodes: *ToMe* (a speed preset) and *ToMe (advanced)* (every `TomeConfig` field).
+
+Both take a MODEL and return a clone carrying ToMe (`tome_comfy.sampling.attach`); the input is never changed.
+The classic form (`INPUT_TYPES`, `FUNCTION`) works in every ComfyUI; `v3_nodes` builds the same two nodes on the V3
+schema (`comfy_api.latest.io.ComfyNode`) for a ComfyUI that has it. Importing this module imports neither torch nor
+ComfyUI: the input table and the adapter load when ComfyUI first asks for the inputs or runs a node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Node ids (what workflows store) and the names ComfyUI shows.
+TOME_NODE = "tome_ToMe"
+TOME_ADVANCED_NODE = "tome_ToMeAdvanced"
+DISPLAY_NAMES = {TOME_NODE: "ToMe (token merging)", TOME_ADVANCED_NODE: "ToMe (token merging, advanced)"}
+CATEGORY = "model_patches/ToMe"
+DESCRIPTIONS = {
+    TOME_NODE: "Token merging (ToMe for SD) on the model for the samplers it feeds: a speed preset, resolved for"
+    " SD1.x/SD2.x or SDXL when sampling starts. For a hires workflow put a second ToMe node on the second sampler's"
+    " model.",
+    TOME_ADVANCED_NODE: "Token merging (ToMe for SD) with every setting of the core (the same table as the WebUI"
+    " extension's).",
+}
+
+
+def run_preset(model: Any, preset: str) -> Any:
+    """The ToMe node: `model`'s clone with the preset labelled `preset` (ValueError naming the input otherwise)."""
+    from tome_comfy.inputs import preset_by_label
+    from tome_comfy.sampling import TomeRequest, attach
+
+    by_label = preset_by_label()
+    if preset not in by_label:
+        raise ValueError(f"input 'preset' must be one of {', '.join(by_label)}, got {preset!r}")
+    return attach(model, TomeRequest(preset=by_label[preset].name))
+
+
+def run_advanced(model: Any, **values: Any) -> Any:
+    """The advanced node: `model`'s clone with the config of `values` (errors name the input)."""
+    from tome_comfy.inputs import config_from_inputs
+    from tome_comfy.sampling import TomeRequest, attach
+
+    return attach(model, TomeRequest(config=config_from_inputs(values)))
+
+
+# ---------------------------------------------------------------------------------------------- classic form
+
+
+class TomeModel:
+    """*ToMe*: MODEL in, MODEL out, with a speed preset."""
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+    CATEGORY = CATEGORY
+    DESCRIPTION = DESCRIPTIONS[TOME_NODE]
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        from tome_comfy.inputs import classic_input, preset_widgets
+
+        required: dict[str, Any] = {"model": ("MODEL", {"tooltip": "The model to sample with ToMe."})}
+        required.update((w.name, classic_input(w)) for w in preset_widgets())
+        return {"required": required}
+
+    def patch(self, model: Any, preset: str) -> tuple[Any]:
+        return (run_preset(model, preset),)
+
+
+class TomeModelAdvanced:
+    """*ToMe (advanced)*: MODEL in, MODEL out, with every `TomeConfig` field."""
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+    CATEGORY = CATEGORY
+    DESCRIPTION = DESCRIPTIONS[TOME_ADVANCED_NODE]
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        from tome_comfy.inputs import advanced_widgets, classic_input
+
+        required: dict[str, Any] = {"model": ("MODEL", {"tooltip": "The model to sample with ToMe."})}
+        required.update((w.name, classic_input(w)) for w in advanced_widgets())
+        return {"required": required}
+
+    def patch(self, model: Any, **values: Any) -> tuple[Any]:
+        return (run_advanced(model, **values),)
+
+
+CLASSIC_NODES: dict[str, type] = {TOME_NODE: TomeModel, TOME_ADVANCED_NODE: TomeModelAdvanced}
+
+
+# ---------------------------------------------------------------------------------------------- V3 schema
+
+
+def v3_nodes(io: Any) -> dict[str, type]:
+    """The two nodes as V3 `io.ComfyNode` classes; `io` is ComfyUI's `comfy_api.latest.io`."""
+    from tome_comfy.inputs import Widget, advanced_widgets, preset_widgets
+
+    def v3_input(widget: Widget) -> Any:
+        common = {"default": widget.default, "tooltip": widget.tooltip}
+        if widget.kind == "COMBO":
+            return io.Combo.Input(widget.name, options=list(widget.options or ()), **common)
+        if widget.kind == "BOOLEAN":
+            return io.Boolean.Input(widget.name, **common)
+        number = io.Int if widget.kind == "INT" else io.Float
+        return number.Input(widget.name, min=widget.minimum, max=widget.maximum, step=widget.step, **common)
+
+    def schema(node_id: str, widgets: tuple[Widget, ...]) -> Any:
+        return io.Schema(
+            node_id=node_id,
+            display_name=DISPLAY_NAMES[node_id],
+            category=CATEGORY,
+            description=DESCRIPTIONS[node_id],
+            inputs=[io.Model.Input("model", tooltip="The model to sample with ToMe."), *map(v3_input, widgets)],
+            outputs=[io.Model.Output()],
+        )
+
+    class TomeModelV3(io.ComfyNode):
+        @classmethod
+        def define_schema(cls) -> Any:
+            return schema(TOME_NODE, preset_widgets())
+
+        @classmethod
+        def execute(cls, model: Any, preset: str) -> Any:
+            return io.NodeOutput(run_preset(model, preset))
+
+    class TomeModelAdvancedV3(io.ComfyNode):
+        @classmethod
+        def define_schema(cls) -> Any:
+            return schema(TOME_ADVANCED_NODE, advanced_widgets())
+
+        @classmethod
+        def execute(cls, model: Any, **values: Any) -> Any:
+            return io.NodeOutput(run_advanced(model, **values))
+
+    return {TOME_NODE: TomeModelV3, TOME_ADVANCED_NODE: TomeModelAdvancedV3}

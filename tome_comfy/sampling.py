@@ -1,0 +1,334 @@
+"""ToMe on a ComfyUI model: a clone that carries one sampling-scoped wrapper, never a changed module.
+
+ComfyUI's `ModelPatcher.clone()` shares the diffusion model (the `nn.Module`) with the original, and ComfyUI has no
+patch point for the transformer block's feed-forward, which the SDXL presets merge. So the clone carries a wrapper
+of ComfyUI's `outer_sample` (`ModelPatcher.add_wrapper_with_key`, `comfy.patcher_extension.WrappersMP.OUTER_SAMPLE`):
+it runs only when a sampler samples with this clone, applies `tome_core.apply_patch` to the diffusion model for the
+duration of that sampling and removes it in `finally`, so the original model, other clones and an interrupted or
+failed prompt never see our hooks. Applying once per sampling (not per UNet call) keeps the core's per-grid index
+tables for the whole sampling; docs/comfyui-contract.md has the ComfyUI facts this relies on.
+
+Per sampling the wrapper also
+- resolves a preset for the model's family from ComfyUI's model config (`model.model_config`),
+- follows the step window from the sampler's step callback (host values, no device read-back per UNet call),
+- skips ComfyUI's built-in TomePatchModel on the same model for this sampling (ours runs, never both), and
+- logs once, through `logging.getLogger("tome")`, how many blocks merged and why fewer than selected did.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+import tome_core
+from tome_core import TomeConfig, TomeStats
+
+log = logging.getLogger("tome")
+
+#: ComfyUI's `comfy.patcher_extension.WrappersMP.OUTER_SAMPLE`: a wrapper around `CFGGuider.outer_sample`.
+OUTER_SAMPLE = "outer_sample"
+#: The key our wrapper is stored under on a `ModelPatcher` (one ToMe per model: a later node replaces it).
+WRAPPER_KEY = "tome_sd"
+#: Where ComfyUI's built-in token merging node (TomePatchModel) defines its attn1 patches.
+BUILTIN_MODULE = "comfy_extras.nodes_tomesd"
+#: ComfyUI model config classes (`comfy.supported_models`) per preset family; subclasses (SSD-1B, Vega, KOALA,
+#: instruct-pix2pix) are found through the class's MRO. Other configs fall back to the UNet's structure.
+FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
+    "sdxl": frozenset({"SDXL", "SDXLRefiner"}),
+    "sd": frozenset({"SD15", "SD20"}),
+}
+#: Attention modules another node can replace (`patches_replace`), and the config flag that merges them.
+_REPLACEABLE = (("attn1", "merge_attn", "self-attention"), ("attn2", "merge_crossattn", "cross-attention"))
+
+
+@dataclass(frozen=True)
+class TomeRequest:
+    """What a node asked for: a preset by name (resolved per model family when sampling starts) or a config."""
+
+    preset: str | None = None
+    config: TomeConfig | None = None
+
+    def __post_init__(self) -> None:
+        if (self.preset is None) == (self.config is None):
+            raise TypeError("TomeRequest takes a preset or a config")
+        if self.preset is not None:
+            tome_core.get_preset(self.preset)  # ValueError naming the known presets
+
+    def resolve(self, family: str) -> TomeConfig:
+        if self.config is not None:
+            return self.config
+        return tome_core.get_preset(str(self.preset)).config(family)
+
+    def label(self, family: str | None) -> str:
+        if self.config is not None:
+            return "custom settings"
+        name = tome_core.get_preset(str(self.preset)).label
+        return f"{name} for {family}" if family else name
+
+
+def attach(model: Any, request: TomeRequest) -> Any:
+    """A clone of ComfyUI `ModelPatcher` `model` that runs ToMe with `request` whenever it samples.
+
+    `model` itself is never changed. A ToMe wrapper already on `model` (an earlier ToMe node) is replaced: one
+    ToMe per model, the last node's settings run.
+    """
+    if not hasattr(model, "add_wrapper_with_key"):
+        raise TypeError(
+            f"ToMe needs a ComfyUI model (ModelPatcher with add_wrapper_with_key, ComfyUI 0.3.10 or newer),"
+            f" got {type(model).__name__}"
+        )
+    clone = model.clone()
+    if clone.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY):
+        log.info(
+            "ToMe: this model already carries ToMe settings from an earlier node; this node's settings replace them"
+        )
+        clone.remove_wrappers_with_key(OUTER_SAMPLE, WRAPPER_KEY)
+    clone.add_wrapper_with_key(OUTER_SAMPLE, WRAPPER_KEY, TomeSampling(request))
+    return clone
+
+
+class TomeSampling:
+    """The `outer_sample` wrapper: ToMe on the diffusion model for one sampling, removed in `finally`."""
+
+    def __init__(self, request: TomeRequest) -> None:
+        self.request = request
+
+    def __repr__(self) -> str:
+        return f"TomeSampling({self.request!r})"
+
+    def __call__(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        guider = executor.class_obj  # the CFGGuider sampling; its model_options are this sampling's own copy
+        patcher = guider.model_patcher
+        run = _Run.start(self.request, patcher, guider.model_options)
+        if run is None:
+            return executor(*args, **kwargs)
+        try:
+            args, kwargs = run.follow_steps(executor.original, args, kwargs)
+            output = executor(*args, **kwargs)
+            run.report()
+            return output
+        finally:
+            run.stop()
+
+
+def model_family(patcher: Any, unet: nn.Module) -> str | None:
+    """ "sd" or "sdxl" from ComfyUI's model config, else from the UNet's structure; None without transformer blocks."""
+    config = getattr(getattr(patcher, "model", None), "model_config", None)
+    names = {cls.__name__ for cls in type(config).__mro__} if config is not None else set()
+    for family, classes in FAMILY_CONFIGS.items():
+        if names & classes:
+            return family
+    try:
+        return tome_core.model_family(unet)
+    except TypeError as exc:
+        log.debug("ToMe: no preset family for %s: %s", type(unet).__name__, exc)
+        return None
+
+
+def config_name(patcher: Any) -> str:
+    config = getattr(getattr(patcher, "model", None), "model_config", None)
+    return type(config).__name__ if config is not None else type(getattr(patcher, "model", patcher)).__name__
+
+
+def comfy_blocks(unet: nn.Module) -> Iterator[tuple[str, tuple[str, int, int], int]]:
+    """Each transformer block of a ComfyUI UNet: its label ("input.4.0"), the key ComfyUI's `patches_replace`
+    looks up ((block name, number, index in its stack)) and its downsampling level (1 = full resolution).
+
+    ComfyUI numbers the blocks as `UNetModel._forward` sets `transformer_options["block"]` and
+    `SpatialTransformer.forward` sets `"block_index"`; levels change after a stage holding a Down/Upsample.
+    """
+    level = 1
+    for name in ("input", "middle", "output"):
+        stage = getattr(unet, f"{name}_blocks" if name != "middle" else "middle_block", None)
+        if stage is None:
+            continue
+        stages = [stage] if name == "middle" else list(stage)
+        for number, block in enumerate(stages):
+            for module in block.modules():
+                stack = getattr(module, "transformer_blocks", None)
+                if isinstance(stack, nn.ModuleList):
+                    for index in range(len(stack)):
+                        yield f"{name}.{number}.{index}", (name, number, index), level
+            kinds = {type(m).__name__ for m in block.modules()}
+            if any(k.startswith("Downsample") for k in kinds):
+                level *= 2
+            elif any(k.startswith("Upsample") for k in kinds):
+                level = max(1, level // 2)
+
+
+def drop_builtin_tomesd(model_options: dict[str, Any]) -> int:
+    """Remove ComfyUI's TomePatchModel patches from this sampling's model options; how many were removed."""
+    patches = model_options.get("transformer_options", {}).get("patches", {})
+    removed = 0
+    for name in ("attn1_patch", "attn1_output_patch"):
+        funcs = patches.get(name)
+        if not funcs:
+            continue
+        kept = [f for f in funcs if getattr(f, "__module__", "") != BUILTIN_MODULE]
+        removed += len(funcs) - len(kept)
+        # The guider's copy of the options, never the model's own. An empty list must go: its mere key makes
+        # ComfyUI's block pass keys/values to attn1 explicitly, another attention path than without patches.
+        if kept:
+            patches[name] = kept
+        else:
+            del patches[name]
+    return removed
+
+
+class _Run:
+    """One sampling with ToMe: the patched UNet, the replaced-attention watch, the step callback, the report."""
+
+    def __init__(self, request: TomeRequest, patcher: Any, unet: nn.Module, family: str, config: TomeConfig) -> None:
+        self.request, self.patcher, self.unet, self.family, self.config = request, patcher, unet, family, config
+        self.handle: RemovableHandle | None = None
+        self.calls = 0
+        self.replaced: Counter[tuple[str, str]] = Counter()  # (module, block label) -> UNet calls it was replaced
+        self.builtin_skipped = 0
+
+    @classmethod
+    def start(cls, request: TomeRequest, patcher: Any, model_options: dict[str, Any]) -> _Run | None:
+        unet = patcher.get_model_object("diffusion_model")
+        family = model_family(patcher, unet)
+        if family is None:
+            log.warning(
+                "ToMe: %s has no UNet transformer blocks (a DiT such as Flux, SD3, Chroma or a video model):"
+                " ToMe does nothing, the model runs unchanged",
+                config_name(patcher),
+            )
+            return None
+        config = request.resolve(family)
+        run = cls(request, patcher, unet, family, config)
+        run.builtin_skipped = drop_builtin_tomesd(model_options)
+        if run.builtin_skipped:
+            log.warning(
+                "ToMe: ComfyUI's TomePatchModel is on this model too; ToMe (%s) runs and the built-in is skipped for"
+                " this sampling (never both)",
+                request.label(family),
+            )
+        tome_core.apply_patch(unet, config)
+        try:
+            run.watch()
+        except BaseException:
+            tome_core.remove_patch(unet)
+            raise
+        return run
+
+    # ------------------------------------------------------------------ during sampling
+
+    def watch(self) -> None:
+        """Count, per UNet call, selected blocks whose merged attention another node replaced (PAG, SAG,
+        IP-Adapter, attention couple): the module ToMe hooks does not run there in that call."""
+        stats = tome_core.stats(self.unet)
+        levels = stats.levels if stats is not None else frozenset()
+        targets = [(module, word) for module, flag, word in _REPLACEABLE if getattr(self.config, flag)]
+        blocks = [(label, key) for label, key, level in comfy_blocks(self.unet) if level in levels]
+
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            self.calls += 1
+            replace = (kwargs.get("transformer_options") or {}).get("patches_replace") or {}
+            for target, _ in targets:
+                table = replace.get(target)
+                if table:
+                    for label, key in blocks:
+                        if key in table or key[:2] in table:
+                            self.replaced[(target, label)] += 1
+
+        self.handle = self.unet.register_forward_pre_hook(hook, with_kwargs=True)
+
+    def follow_steps(
+        self, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """With a step window: the sampler's step callback also tells the core the next step (host values)."""
+        config = self.config
+        if config.step_start <= 0 and config.step_end >= 1:
+            return args, kwargs
+        bound = inspect.signature(outer_sample).bind(*args, **kwargs)
+        sigmas = bound.arguments["sigmas"]
+        total = max(int(sigmas.shape[-1]) - 1, 1)  # the shape is on the host: no device read
+        original = bound.arguments.get("callback")
+        unet = self.unet
+        tome_core.set_step(unet, 0, total)
+
+        def callback(step: int, *rest: Any, **kw: Any) -> Any:
+            tome_core.set_step(unet, int(step) + 1, total)  # called after step `step`: the next one runs
+            return original(step, *rest, **kw) if original is not None else None
+
+        bound.arguments["callback"] = callback
+        return bound.args, bound.kwargs
+
+    # ------------------------------------------------------------------ after sampling
+
+    def report(self) -> None:
+        """One line per sampling: what ran, and why fewer blocks merged than selected."""
+        stats = tome_core.stats(self.unet)
+        if stats is None:
+            return
+        problem = explain(stats, self.replaced, self.calls)
+        head = f"ToMe ({self.request.label(self.family)})"
+        if problem is None:
+            verb = "pooled keys/values in" if stats.mode == "kv" else "merged in"
+            log.info(
+                "%s: %s %d of %d selected blocks (%d transformer blocks)",
+                head,
+                verb,
+                stats.applied,
+                stats.selected,
+                stats.total,
+            )
+        else:
+            log.warning("%s: %s", head, problem)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        tome_core.remove_patch(self.unet)
+
+
+def explain(stats: TomeStats, replaced: Mapping[tuple[str, str], int], calls: int) -> str | None:
+    """Why fewer blocks merged than selected (or attention was replaced in some calls); None when all merged."""
+    s = stats
+    verb = "pooled keys/values in" if s.mode == "kv" else "merged in"
+    if s.selected == 0:
+        levels = ", ".join(map(str, sorted(s.levels))) or "none"
+        have = ", ".join(map(str, sorted(s.block_levels))) or "none"
+        return (
+            f"{verb} 0 of 0 blocks: no transformer block at the selected downsampling levels {levels}; this model"
+            f" has them at {have} (try max_downsample auto)"
+        )
+    reasons = []
+    if s.unet_calls == 0:
+        reasons.append("the UNet ran without ToMe's hooks (torch.compile, or another node replaced its forward)")
+    elif s.planned < s.selected:
+        if s.block_calls == 0:
+            reasons.append("the blocks ran without ToMe's hooks (torch.compile, or another node replaced them)")
+        elif s.active_calls == 0:
+            reasons.append("the step window excluded every step")
+        elif s.grid_misses:
+            reasons.append("their token count did not fit the latent size")
+        else:
+            reasons.append("nothing to merge at this size")
+    if s.reached < s.planned:
+        reasons.append("attention replaced by another node in every call")
+    if s.applied < s.reached:
+        reasons.append("tokens changed by another node before ToMe")
+    if replaced:
+        by_module: dict[str, list[str]] = {}
+        for (target, label), count in sorted(replaced.items()):
+            by_module.setdefault(target, []).append(f"{label} ({count} of {calls} UNet calls)")
+        words = dict((m, w) for m, _, w in _REPLACEABLE)
+        reasons.extend(
+            f"{words[target]} replaced by another node (PAG, SAG, IP-Adapter, attention couple...) in"
+            f" {', '.join(labels)}; ToMe leaves replaced attention alone"
+            for target, labels in by_module.items()
+        )
+    if not reasons:
+        return None
+    return f"{verb} {s.applied} of {s.selected} selected blocks: {'; '.join(reasons)}"
