@@ -1,7 +1,7 @@
 # sd-webui-tome developer tasks. Everything runs on the CPU, offline after `make venv`.
 #   make venv    create/refresh .venv (incremental: only re-runs when a requirements file changes)
 #   make test    ruff check + ruff format --check + pytest (all but live-WebUI/ComfyUI tests; browser tests skip without chromium)
-#   make bench   python -m tome_core.bench: SD1.5, 512 and 1024 px, ratio 0.5, ~8 min on 2 cores (BENCH_ARGS="..."
+#   make bench   python -m tome_bench: SD1.5, 512 and 1024 px, ratio 0.5, ~8 min on 2 cores (BENCH_ARGS="..."
 #                passes options, e.g. BENCH_ARGS="--full" for the full matrix, 20-25 min)
 #   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,
 #                HiDiffusion) into .venv with --no-deps; optional, the tests skip a peer that is not installed
@@ -66,7 +66,7 @@ test: lint
 		if [ $$rc -eq 5 ]; then echo "error: pytest collected/ran no tests" >&2; fi; exit $$rc; }
 
 bench: venv
-	$(PY) -m tome_core.bench $(BENCH_ARGS)
+	$(PY) -m tome_bench $(BENCH_ARGS)
 
 # --no-deps: ca-tome pins torch<2.2.2 (a CUDA wheel from the index); what the peers import at run time is already
 # in .venv. The check after it fails if a CUDA torch got in anyway.
@@ -74,10 +74,10 @@ peers: venv
 	$(PIP) install --quiet --no-deps -r requirements-peers.txt
 	$(PY) -c 'import torch, ca_tome, DeepCache, hidiffusion; assert torch.version.cuda is None; print("peers installed")'
 
-# The two commands are tome_core.bench.cli.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
+# The two commands are tome_bench.cli.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
 bench-gen: peers
-	$(PY) -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15 $(BENCH_ARGS)
-	$(PY) -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
+	$(PY) -m tome_bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15 $(BENCH_ARGS)
+	$(PY) -m tome_bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis bench-out build dist *.egg-info

@@ -1,5 +1,5 @@
-"""The benchmark package (`python -m tome_core.bench`) and its architectures: a fast in-process smoke run on a
-tiny UNet, option parsing derived from the field table, the default/full/quick matrices, the SD1.5/SDXL configs
+"""The benchmark package (`python -m tome_bench`) and its architectures: a fast in-process run on a tiny UNet,
+option parsing derived from the field table, the default/full/quick matrices, the clocks, the SD1.5/SDXL configs
 and checkpoint loading."""
 
 from __future__ import annotations
@@ -8,14 +8,20 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-import tome_core.bench
-from tome_core.bench import archs, cli, run
-from tome_core.config import TomeConfig, field_specs
+import tome_bench
+import tome_core
+from tome_bench import archs, cli, run, timing
+from tome_core import TomeConfig, field_specs
+
+ROOT = Path(__file__).parents[1]
+#: Where the documented commands live (the README keeps a summary).
+BENCH_DOC = ROOT / "docs" / "benchmarks.md"
 
 
 @pytest.fixture(autouse=True)
@@ -27,12 +33,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_bench_tiny_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_call_mode_on_a_tiny_unet_writes_md_json_png_and_leaves_the_rng_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "bench-out"
     rng_before = torch.get_rng_state()
     # the CPU default's warm-up (none: one untimed baseline call), two timed runs
     argv = ["--arch", "tiny", "--sizes", "64", "--ratios", "0.5", "--repeats", "2", "--threads", "1"]
-    code = tome_core.bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
+    code = tome_bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
     assert code == 0
     assert torch.equal(torch.get_rng_state(), rng_before), "the benchmark must leave the global RNG alone"
 
@@ -43,7 +51,8 @@ def test_bench_tiny_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "bench.md").read_text()
-    assert "python -m tome_core.bench --arch tiny" in md and "torch threads: 1" in md
+    assert "python -m tome_bench --arch tiny" in md and "torch threads: 1" in md
+    assert "- clock: wall, wall time (time.perf_counter)" in md and "median wall time of one UNet call" in md
     assert "use_rand=False" in md and "2 timed runs per variant after one untimed baseline call" in md
 
     data = json.loads((out / "bench.json").read_text())
@@ -59,11 +68,12 @@ def test_bench_tiny_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert row["median_s"] > 0.0 and len(row["times_s"]) == 2
     assert all(c["ok"] for c in data["checks"])
     assert data["ours_config"]["use_rand"] is False
+    assert data["clock"] == "wall" and data["mode"] == "call"
 
 
 def test_variants_subset_always_runs_baseline(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    code = tome_core.bench.main(
+    code = tome_bench.main(
         ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
     )
     assert code == 0
@@ -75,7 +85,7 @@ def test_single_baseline_run_claims_no_bitwise_check(tmp_path: Path) -> None:
     """--warmup 0 --repeats 1 runs the baseline once after the priming call: nothing to compare, nothing claimed."""
     out = tmp_path / "o"
     argv = ["--arch", "tiny", "--sizes", "32", "--repeats", "1", "--warmup", "0", "--variants", "ours"]
-    assert tome_core.bench.main([*argv, "--threads", "1", "--out", str(out)]) == 0
+    assert tome_bench.main([*argv, "--threads", "1", "--out", str(out)]) == 0
     checks = [c["text"] for c in json.loads((out / "bench.json").read_text())["checks"]]
     assert checks == ["tiny 32px: no hook or class left behind by any removal"]
 
@@ -166,12 +176,12 @@ def test_full_and_quick_exclude_each_other(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_cuda_defaults_to_the_full_matrix_and_takes_the_gpu_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented GPU command (--help, README): SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode,
-    and tomesd. Option parsing only (no GPU here): torch.cuda.is_available is faked."""
-    assert cli.GPU_COMMAND in (Path(__file__).parents[1] / "README.md").read_text()
+    """The documented GPU command (--help, docs/benchmarks.md): SD1.5 and SDXL at 1024 and 2048 px, ours in merge
+    and kv mode, and tomesd. Option parsing only (no GPU here): torch.cuda.is_available is faked."""
+    assert cli.GPU_COMMAND in BENCH_DOC.read_text()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     prog, argv = shlex.split(cli.GPU_COMMAND)[:3], shlex.split(cli.GPU_COMMAND)[3:]
-    assert prog == ["python", "-m", "tome_core.bench"]
+    assert prog == ["python", "-m", "tome_bench"]
     opts = cli.parse_options(argv)
     assert [a.name for a in opts.arches] == ["sd15", "sdxl"]
     assert opts.sizes == [(1024, 1024), (2048, 2048)] and opts.dtype == torch.float16
@@ -193,21 +203,42 @@ def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None
     assert cli.GPU_COMMAND in text
 
 
-def test_importing_tome_core_does_not_import_the_benchmark() -> None:
-    code = "import sys, tome_core; sys.exit(any(m.startswith('tome_core.bench') for m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+def _modules_after(statement: str) -> list[str]:
+    """Names in sys.modules after `statement` ran in a fresh interpreter."""
+    code = f"import json, sys; {statement}; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_python_m_entry_point(tmp_path: Path) -> None:
-    """`python -m tome_core.bench` runs the package's __main__ in a fresh interpreter."""
+def test_import_tome_core_loads_no_benchmark_module() -> None:
+    modules = _modules_after("import tome_core")
+    assert "tome_core.patch" in modules  # the probe sees what was imported
+    assert [m for m in modules if m.startswith(("tome_bench", "tome_core.bench"))] == []
+
+
+def test_ops_and_archs_load_neither_the_command_line_nor_reports_nor_peers() -> None:
+    """The core's tests count operations with tome_bench.ops and build UNets with tome_bench.archs: neither may pull
+    in the rest of the benchmark."""
+    modules = _modules_after("import tome_bench.ops, tome_bench.archs")
+    assert sorted(m for m in modules if m.startswith("tome_bench")) == [
+        "tome_bench",
+        "tome_bench.archs",
+        "tome_bench.ops",
+    ]
+
+
+def test_python_m_tome_bench_runs_in_a_fresh_interpreter_and_records_its_command(tmp_path: Path) -> None:
     out = tmp_path / "o"
     argv = ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "tome_core.bench", *argv], capture_output=True, text=True, check=False, timeout=300
+        [sys.executable, "-m", "tome_bench", *argv], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr
     assert "PASS: tiny 32px: baseline output bitwise identical" in proc.stdout
-    assert json.loads((out / "bench.json").read_text())["command"][:3] == ["python", "-m", "tome_core.bench"]
+    assert json.loads((out / "bench.json").read_text())["command"][:3] == ["python", "-m", "tome_bench"]
 
 
 def _count(unet: torch.nn.Module) -> tuple[int, int]:
@@ -254,7 +285,7 @@ def test_build_unet_is_seeded_and_input_dependent() -> None:
     assert (out - out2).norm() / out.norm() > 0.1, "the output must depend on the input"
 
 
-def test_load_checkpoint_diffusers_and_prefixed(tmp_path: Path) -> None:
+def test_load_checkpoint_reads_diffusers_and_unet_prefixed_weights(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     src = archs.build_unet("tiny", seed=3)
@@ -272,7 +303,7 @@ def test_load_checkpoint_diffusers_and_prefixed(tmp_path: Path) -> None:
                 assert torch.equal(v, state[k].half().float()), k
 
 
-def test_load_checkpoint_errors(tmp_path: Path) -> None:
+def test_load_checkpoint_errors_name_the_problem(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     unet = archs.build_unet("tiny")
@@ -289,14 +320,12 @@ def test_load_checkpoint_errors(tmp_path: Path) -> None:
         archs.load_checkpoint(unet, tmp_path / "sd2.safetensors", "tiny")
 
 
-def test_tome_config_fields_reach_ours(tmp_path: Path) -> None:
+def test_tome_config_fields_reach_ours() -> None:
     opts = cli.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
     unet = archs.build_unet("tiny")
     variants = run.make_variants(opts, unet, None)
     ours = [v for v in variants if v.kind == "ours"]
     assert [v.ratio for v in ours] == opts.ratios
-    import tome_core
-
     ours[0].apply(unet)
     try:
         assert tome_core.get_config(unet) == TomeConfig(ratio=opts.ratios[0], mode="kv", sx=4)
@@ -308,26 +337,79 @@ def test_tome_config_fields_reach_ours(tmp_path: Path) -> None:
 def test_missing_tomesd_is_skipped_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run, "load_tomesd", lambda: (None, "tomesd is not installed (test)"))
     out = tmp_path / "o"
-    assert (
-        tome_core.bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
-    )
+    assert tome_bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
     data = json.loads((out / "bench.json").read_text())
     assert [r["variant"] for r in data["rows"]] == ["baseline", "ours"]
     assert "tomesd is not installed (test)" in data["notes"]
     assert "- tomesd is not installed (test)" in (out / "bench.md").read_text()
 
 
-def test_sdxl_like_arch_runs_with_text_time_conditioning(tmp_path: Path) -> None:
+def test_sdxl_like_arch_ours_merges_where_tomesds_default_merges_nothing(tmp_path: Path) -> None:
     """An SDXL-like UNet has no attention at full resolution: ours ('auto') merges at level 2, while tomesd's
     default max_downsample=1 merges nothing, which the report points out."""
     out = tmp_path / "o"
-    assert (
-        tome_core.bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)])
-        == 0
-    )
+    assert tome_bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)]) == 0
     data = json.loads((out / "bench.json").read_text())
     rows = {r["variant"]: r for r in data["rows"]}
     assert rows["ours"]["deviation"] > 0.0
     if "tomesd" in rows:
         assert rows["tomesd"]["deviation"] == 0.0
         assert any("--tomesd-max-downsample auto" in n for n in data["notes"])
+
+
+# ---------------------------------------------------------------------------------------------- clocks
+
+
+def test_cpu_clock_leaves_out_time_spent_waiting() -> None:
+    """A call that sleeps takes wall time but next to no CPU time: what other processes' load does to a call."""
+    cpu = torch.device("cpu")
+    wall_s, result, _ = timing.timed_call(lambda: time.sleep(0.1) or "done", cpu, clock_name="wall")
+    cpu_s, _, _ = timing.timed_call(lambda: time.sleep(0.1), cpu, clock_name="cpu")
+    assert result == "done" and wall_s >= 0.1 and cpu_s < 0.02
+    # the RSS sampler's own thread polls during the call: its CPU time is not the call's
+    sampled_s, _, _ = timing.timed_call(lambda: time.sleep(0.1), cpu, clock_name="cpu", sample_rss=True)
+    assert sampled_s < 0.02
+    with pytest.raises(ValueError, match="wall, cpu"):
+        timing.clock("gpu")
+
+
+def test_clock_cpu_is_recorded_in_json_and_report(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    argv = ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--clock", "cpu"]
+    assert tome_bench.main([*argv, "--out", str(out)]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert data["clock"] == "cpu" and all(r["median_s"] > 0 for r in data["rows"])
+    md = (out / "bench.md").read_text()
+    assert "- clock: cpu, CPU time of the process, all threads (time.process_time)" in md
+    assert "median CPU time of one UNet call" in md
+    assert not any("--clock cpu with" in n for n in data["notes"])  # one thread: nothing to warn about
+
+
+def test_clock_option_default_choices_and_cuda(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.parse_options([]).clock == "wall" and cli.parse_options(["--clock", "cpu"]).clock == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for argv, words in (
+        (["--clock", "gpu"], "invalid choice"),
+        (["--device", "cuda", "--clock", "cpu"], "--clock wall"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            cli.parse_options(argv)
+        assert info.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("arch", "first_level"), [("sd15", 1), ("sdxl", 2)])
+def test_transformer_blocks_give_the_benchmark_each_blocks_level_and_width(arch: str, first_level: int) -> None:
+    """The merge-overhead table sizes its input from the first merged level's block (public API, no private name)."""
+    from diffusers import UNet2DConditionModel
+
+    with torch.device("meta"):
+        unet = UNet2DConditionModel(**archs.get_arch(arch).config)
+    blocks = tome_core.transformer_blocks(unet)
+    assert all(type(b).__name__ == "BasicTransformerBlock" for b, _ in blocks)
+    counts: dict[int, int] = {}
+    for _, level in blocks:
+        counts[level] = counts.get(level, 0) + 1
+    assert counts == tome_core.blocks_per_level(unet)
+    assert blocks[0][1] == first_level and blocks[0][0].norm1.normalized_shape[0] == 320 * first_level

@@ -1,10 +1,10 @@
-"""The benchmark's whole-generation mode (`--steps N`), its peers, the natural start latent, the timing-spread
-warning and the package's import structure; on the tiny random-weight UNets, 2-3 steps at 64 px, one thread."""
+"""The benchmark's whole-generation mode (`--steps N`, `--strength S`), its peers, the natural start latent, the
+timing-spread warning, the plot and the package's import structure; on the tiny random-weight UNets, 2-4 steps at
+64 px, one thread."""
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import torch
 
+import tome_bench
 import tome_core
-import tome_core.bench
-from tome_core.bench import archs, cli, generate, options, peers, report, run
-from tome_core.bench.options import Row, spread, spread_warning
+from tome_bench import archs, cli, generate, peers, report, run
+from tome_bench.options import Row, spread, spread_warning
 
 ROOT = Path(__file__).parents[1]
-BENCH = ROOT / "tome_core" / "bench"
+BENCH = ROOT / "tome_bench"
 TINY = ["--arch", "tiny", "--sizes", "64", "--threads", "1"]
 
 
@@ -36,7 +36,7 @@ def one_thread():
 
 def _generate(tmp_path: Path, *argv: str) -> dict[str, Any]:
     out = tmp_path / "out"
-    code = tome_core.bench.main([*TINY, "--steps", "2", *argv, "--out", str(out)])
+    code = tome_bench.main([*TINY, "--steps", "2", *argv, "--out", str(out)])
     data = json.loads((out / "gen.json").read_text())
     assert code == 0, [c for c in data["checks"] if not c["ok"]]
     return data
@@ -49,11 +49,14 @@ def _rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- the mode
 
 
-def test_generate_tiny_rows_json_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_tiny_writes_rows_for_both_latents_md_json_png(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rng_before = torch.get_rng_state()
     data = _generate(tmp_path, "--repeats", "2", "--variants", "ours")
     assert torch.equal(torch.get_rng_state(), rng_before), "the benchmark must leave the global RNG alone"
     assert (data["mode"], data["steps"], data["scheduler"], data["guidance"]) == ("generate", 2, "euler", 7.0)
+    assert (data["strength"], data["steps_run"], data["clock"]) == (1.0, 2, "wall")
     assert data["latents"] == ["noise", "natural"]  # the default of --steps: both start latents
     rows = _rows(data)
     assert list(rows) == ["baseline", "ours"]
@@ -78,12 +81,12 @@ def test_generate_tiny_rows_json_and_files(tmp_path: Path, capsys: pytest.Captur
     assert "deviation (noise) | deviation (natural) | PSNR dB (noise) | PSNR dB (natural) |" in printed
 
 
-def test_generate_sdxl_like_with_dpm_and_one_latent(tmp_path: Path) -> None:
+def test_generate_sdxl_like_records_dpm_guidance_and_its_one_latent(tmp_path: Path) -> None:
     """SDXL's pipeline: pooled embeddings and time ids through its own arguments; DPM++ 2M; --latents natural."""
     out = tmp_path / "out"
     argv = ["--arch", "tiny-xl", "--sizes", "64", "--threads", "1", "--steps", "3", "--scheduler", "dpm++2m"]
     argv += ["--latents", "natural", "--variants", "ours", "--quick", "--guidance", "5", "--out", str(out)]
-    assert tome_core.bench.main(argv) == 0
+    assert tome_bench.main(argv) == 0
     data = json.loads((out / "gen.json").read_text())
     assert (data["scheduler"], data["guidance"], data["latents"]) == ("dpm++2m", 5.0, ["natural"])
     rows = _rows(data)
@@ -135,7 +138,7 @@ def test_natural_latent_has_a_natural_spectrum() -> None:
 def test_per_call_mode_reports_both_latents_and_spread(tmp_path: Path) -> None:
     out = tmp_path / "o"
     argv = [*TINY, "--repeats", "2", "--variants", "ours", "--latents", "noise,natural", "--out", str(out)]
-    assert tome_core.bench.main(argv) == 0
+    assert tome_bench.main(argv) == 0
     data = json.loads((out / "bench.json").read_text())
     rows = _rows(data)
     assert set(rows["ours"]["deviations"]) == {"noise", "natural"} and rows["ours"]["deviations"]["natural"] > 0
@@ -237,7 +240,7 @@ def test_ca_tome_refuses_sdxl_with_a_reason() -> None:
 
 def test_collapse_keeps_one_row_per_failed_peer() -> None:
     def variant(name: str, peer: str | None) -> generate.GenVariant:
-        return generate.GenVariant(name, None, run._noop, run._noop, peer=peer)
+        return generate.GenVariant(name, None, run.noop, run.noop, peer=peer)
 
     vs = [variant("baseline", None), variant("x", "x"), variant("x:fast", "x"), variant("y", "y"), variant("y:f", "y")]
     rows = [_row(v.kind, [1.0]) for v in vs]
@@ -302,10 +305,10 @@ def test_generation_defaults_and_documented_commands() -> None:
     default = cli.parse_options([])
     assert default.mode == "call" and default.latents == ["noise"] and default.steps is None
     assert cli.parse_options(["--steps", "2", "--peers", "all"]).peers == list(peers.PEER_NAMES)
-    readme, makefile = (ROOT / "README.md").read_text(), (ROOT / "Makefile").read_text()
-    assert "make peers" in readme and "make bench-gen" in readme
+    doc, makefile = (ROOT / "docs" / "benchmarks.md").read_text(), (ROOT / "Makefile").read_text()
+    assert "make peers" in doc and "make bench-gen" in doc
     for command in cli.GEN_COMMANDS:
-        assert command in readme
+        assert command in doc
         assert command.replace("python ", "$(PY) ", 1) in makefile
         words = shlex.split(command)
         opts = cli.parse_options(words[3:])
@@ -320,22 +323,12 @@ def test_generation_defaults_and_documented_commands() -> None:
 # ---------------------------------------------------------------------------------------------- presets
 
 
-def test_presets_option_without_the_preset_api(capsys: pytest.CaptureFixture[str]) -> None:
-    if hasattr(tome_core, "presets"):
-        pytest.skip("tome_core.presets() exists: the error for its absence cannot be shown")
-    with pytest.raises(SystemExit) as info:
-        cli.parse_options(["--presets", "all"])
-    assert info.value.code == 2 and "tome_core.presets() does not exist" in capsys.readouterr().err
-
-
 def test_presets_run_as_variants_in_both_modes(tmp_path: Path) -> None:
-    if not hasattr(tome_core, "presets"):
-        pytest.skip("tome_core.presets() does not exist yet (the preset API is being written)")
     names = [p.name for p in tome_core.presets()]
     assert cli.parse_options(["--presets", "all"]).presets == names
     out = tmp_path / "call"
     argv = [*TINY, "--quick", "--variants", "baseline", "--presets", "all", "--out", str(out)]
-    assert tome_core.bench.main(argv) == 0
+    assert tome_bench.main(argv) == 0
     call_rows = json.loads((out / "bench.json").read_text())["rows"]
     assert [r["variant"] for r in call_rows] == ["baseline"] + [f"ours:preset={n}" for n in names]
     assert all(r["ratio"] is None and r["error"] is None for r in call_rows)
@@ -348,16 +341,16 @@ def test_presets_run_as_variants_in_both_modes(tmp_path: Path) -> None:
 
 
 def _bench_imports(path: Path) -> set[str]:
-    """Modules of tome_core.bench that `path` imports, anywhere in it (TYPE_CHECKING blocks and functions too)."""
+    """Modules of tome_bench that `path` imports, anywhere in it (TYPE_CHECKING blocks and functions too)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "tome_core.bench":
+            if node.module == "tome_bench":
                 found |= {alias.name for alias in node.names}
-            elif node.module.startswith("tome_core.bench."):
+            elif node.module.startswith("tome_bench."):
                 found.add(node.module.rsplit(".", 1)[1])
         elif isinstance(node, ast.Import):
-            found |= {a.name.rsplit(".", 1)[1] for a in node.names if a.name.startswith("tome_core.bench.")}
+            found |= {a.name.rsplit(".", 1)[1] for a in node.names if a.name.startswith("tome_bench.")}
     return found
 
 
@@ -370,6 +363,7 @@ def test_bench_package_has_no_import_cycle() -> None:
     for name in ("run", "report", "generate"):
         assert "cli" not in graph[name], f"{name} imports cli"
     assert "report" not in graph["run"] and "generate" not in graph["report"]
+    assert graph["timing"] == set() and graph["ops"] == set() and graph["archs"] == set()
 
     def visit(node: str, path: tuple[str, ...]) -> None:
         assert node not in path, f"import cycle: {' -> '.join((*path, node))}"
@@ -380,23 +374,52 @@ def test_bench_package_has_no_import_cycle() -> None:
         visit(name, ())
 
 
-@pytest.mark.parametrize("module", ["options", "run", "report", "cli", "generate", "peers"])
+@pytest.mark.parametrize("module", ["options", "run", "report", "cli", "generate", "peers", "timing", "ops", "archs"])
 def test_each_bench_module_imports_alone(module: str) -> None:
     """In a fresh interpreter, importing any one module first works (no partially initialised module)."""
-    code = f"import tome_core.bench.{module}"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    code = f"import tome_bench.{module}"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
 
 
-def test_the_extension_never_imports_peers() -> None:
-    names = {"tomesd", "ca_tome", "DeepCache", "hidiffusion"}
-    for folder in ("tome_webui", "scripts"):
-        for path in (ROOT / folder).rglob("*.py"):
-            assert not (_top_imports(path) & names), path
-    for path in (ROOT / "tome_core").glob("*.py"):
+def test_the_core_and_the_extension_import_neither_peers_nor_the_benchmark() -> None:
+    names = {"tomesd", "ca_tome", "DeepCache", "hidiffusion", "tome_bench"}
+    paths = [p for folder in ("tome_core", "tome_webui", "scripts") for p in (ROOT / folder).rglob("*.py")]
+    assert len(paths) > 5
+    for path in paths:
         assert not (_top_imports(path) & names), path
-    assert importlib.util.find_spec("tome_core.bench.peers") is not None
-    assert options.SPREAD_LIMIT == 0.10
+        assert "tome_core.bench" not in path.read_text(), path
+
+
+def _private_uses(path: Path, modules: set[str]) -> list[str]:
+    """`name._private` where `name` is one of `modules` (imported under that name) and `from X import _private`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(("tome_core", "tome_bench")):
+            found += [f"from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
+    return found
+
+
+def test_the_benchmark_and_its_tests_use_no_private_name_of_another_module() -> None:
+    """What the benchmark needs from the core is its public API (docs/core-api.md); its modules share public names."""
+    modules = {p.stem for p in BENCH.glob("*.py")} | {"tome_core", "tome_bench", "patch", "merge", "config", "presets"}
+    paths = [
+        *BENCH.glob("*.py"),
+        ROOT / "tests" / "test_bench.py",
+        Path(__file__),
+        ROOT / "tests" / "test_core_lean.py",
+    ]
+    assert {path.name: _private_uses(path, modules) for path in paths} == {path.name: [] for path in paths}
 
 
 def _top_imports(path: Path) -> set[str]:
@@ -407,3 +430,157 @@ def _top_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
     return found
+
+
+# ---------------------------------------------------------------------------------------------- strength
+
+
+def _tiny_pipeline(arch: str = "tiny", scheduler: str = "euler") -> tuple[Any, Any]:
+    spec = archs.get_arch(arch)
+    unet = archs.build_unet(spec, seed=0)
+    return spec, generate.build_pipeline(spec, unet, scheduler)
+
+
+def _unet_calls(pipe: Any, kwargs: dict[str, Any]) -> tuple[torch.Tensor, list[float]]:
+    """Run one generation; (its final latent, the timestep of every UNet call)."""
+    timesteps: list[float] = []
+    handle = pipe.unet.register_forward_pre_hook(lambda m, args: timesteps.append(float(args[1].flatten()[0])))
+    try:
+        with torch.inference_mode():
+            out = pipe(**kwargs).images
+    finally:
+        handle.remove()
+    return out, timesteps
+
+
+@pytest.mark.parametrize("scheduler", ["euler", "dpm++2m"])
+def test_strength_runs_the_last_steps_of_the_schedule_from_the_noised_latent(scheduler: str) -> None:
+    """--steps 4 --strength 0.5: two UNet calls (batch 2 each), at the last two timesteps of the 4-step schedule,
+    and the final latent of diffusers' own img2img pipeline given the same start latent and noise."""
+    from diffusers import StableDiffusionImg2ImgPipeline
+
+    spec, pipe = _tiny_pipeline(scheduler=scheduler)
+    common = {"guidance": 7.0, "dtype": torch.float32, "device": torch.device("cpu"), "seed": 0}
+    inputs = generate.make_gen_inputs(
+        spec, 64, 64, steps=4, latent_kind="natural", scheduler=scheduler, strength=0.5, **common
+    )
+    out, timesteps = _unet_calls(pipe, inputs.kwargs())
+    full = generate.make_scheduler(scheduler)
+    full.set_timesteps(4)
+    assert timesteps == [float(t) for t in full.timesteps[2:]] == inputs.timesteps
+    i2i = StableDiffusionImg2ImgPipeline(**{**pipe.components, "image_encoder": None}, requires_safety_checker=False)
+    i2i.scheduler = generate.make_scheduler(scheduler)
+    i2i.set_progress_bar_config(disable=True)
+    kwargs = inputs.kwargs()
+    start = archs.natural_latent((1, 4, 8, 8), torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        reference = i2i(
+            image=start,
+            strength=0.5,
+            num_inference_steps=4,
+            prompt_embeds=kwargs["prompt_embeds"],
+            negative_prompt_embeds=kwargs["negative_prompt_embeds"],
+            guidance_scale=7.0,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(1),  # the noise is drawn with seed + 1
+        ).images
+    torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-5)
+    assert inputs.kwargs(steps=1)["timesteps"] == inputs.timesteps[:1]  # the priming run: one step of these
+
+
+def test_strength_one_is_the_unchanged_txt2img_path() -> None:
+    """Strength 1 passes the pipeline what it got before --strength existed: every step from the start latent as
+    noise; the final latent is bitwise a plain diffusers txt2img call's."""
+    spec, pipe = _tiny_pipeline()
+    common = {"steps": 3, "guidance": 7.0, "latent_kind": "noise", "dtype": torch.float32, "seed": 0}
+    inputs = generate.make_gen_inputs(spec, 64, 64, device=torch.device("cpu"), strength=1.0, **common)
+    kwargs = inputs.kwargs()
+    assert inputs.timesteps is None and "timesteps" not in kwargs and kwargs["num_inference_steps"] == 3
+    assert torch.equal(kwargs["latents"], torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0)))
+    out, timesteps = _unet_calls(pipe, kwargs)
+    assert len(timesteps) == 3
+    plain = dict(kwargs, generator=torch.Generator().manual_seed(0), latents=kwargs["latents"].clone())
+    with torch.inference_mode():
+        reference = pipe(**plain).images
+    assert torch.equal(out, reference)
+
+
+def test_generate_with_strength_records_it_in_json_and_title(tmp_path: Path) -> None:
+    data = _generate(tmp_path, "--steps", "4", "--strength", "0.5", "--repeats", "1", "--variants", "ours")
+    assert (data["steps"], data["strength"], data["steps_run"]) == (4, 0.5, 2)
+    rows = _rows(data)
+    assert rows["ours"]["error"] is None and rows["ours"]["deviation"] > 0.0
+    md = (tmp_path / "out" / "gen.md").read_text()
+    assert md.startswith("# ToMe benchmark: whole generations, the last 2 of 4 Euler steps (strength 0.5)\n")
+    assert "noised to the timestep where 0.5 of the schedule remains" in md
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--strength", "0.5"], "--strength needs --steps"),
+        (["--steps", "4", "--strength", "0"], "(0, 1]"),
+        (["--steps", "4", "--strength", "1.5"], "(0, 1]"),
+        (["--steps", "4", "--strength", "0.2"], "= 0 steps"),
+    ],
+)
+def test_bad_strength_is_a_usage_error(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.parse_options(argv)
+    assert info.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_strength_defaults_to_one_and_counts_steps_like_img2img() -> None:
+    assert cli.parse_options(["--steps", "10"]).strength == 1.0
+    opts = cli.parse_options(["--steps", "10", "--strength", "0.55"])
+    assert (opts.strength, opts.steps_run) == (0.55, 5)
+    assert cli.parse_options([]).steps_run is None
+
+
+# ---------------------------------------------------------------------------------------------- plot
+
+
+def _prow(variant: str, speedup: float, deviation: float, ratio: float | None = None, natural: float = 0.0) -> Row:
+    row = Row("sd15", "512", variant, ratio, 1.0 / speedup, speedup, None, deviation, [1.0])
+    row.deviations = {"noise": deviation, "natural": natural}
+    return row
+
+
+def test_plot_puts_the_baseline_at_one_zero_presets_on_a_ladder_and_peers_apart() -> None:
+    rows = [
+        _prow("baseline", 1.0, 0.0),
+        _prow("ours:preset=fast", 1.6, 0.2, natural=0.1),
+        _prow("ours:preset=quality", 1.1, 0.05, natural=0.02),
+        _prow("ours", 1.3, 0.1, ratio=0.5),
+        _prow("tomesd", 1.25, 0.12, ratio=0.5),
+        _prow("deepcache", 2.0, 0.3),
+        Row("sd15", "512", "hidiffusion", None, None, None, None, None, [], error="not supported"),
+        _prow("baseline", 1.0, 0.0),
+    ]
+    rows[-1].size = "768"
+    panels = report.plot_series(rows, ["noise", "natural"])
+    assert list(panels) == [("sd15", "512"), ("sd15", "768")]
+    series = {s.name: s for s in panels[("sd15", "512")]}
+    assert list(series) == ["baseline", "presets", "ours", "tomesd", "deepcache"]  # the failed peer is left out
+    base = series["baseline"].points
+    assert [(p.speedup, p.deviation) for p in base] == [(1.0, 0.0)]
+    ladder = series["presets"]
+    assert ladder.kind == "ladder" and ladder.line
+    assert [(p.label, p.speedup, p.deviation, p.natural) for p in ladder.points] == [
+        ("quality", 1.1, 0.05, 0.02),
+        ("fast", 1.6, 0.2, 0.1),
+    ]
+    assert [(s.kind, s.line) for s in (series["tomesd"], series["deepcache"])] == [("peer", False), ("peer", False)]
+    assert series["ours"].points[0].label == "ours r=0.5"
+    only_noise = report.plot_series(rows, ["noise"])[("sd15", "512")]
+    assert all(p.natural is None for s in only_noise for p in s.points)
+
+
+def test_plot_option_writes_a_png_where_asked(tmp_path: Path) -> None:
+    plot = tmp_path / "elsewhere" / "speed.png"
+    plot.parent.mkdir()
+    out = tmp_path / "out"
+    argv = [*TINY, "--quick", "--variants", "ours", "--presets", "fast", "--latents", "noise,natural"]
+    assert tome_bench.main([*argv, "--plot", str(plot), "--out", str(out)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "bench.png").exists() and (out / "bench.json").is_file()

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
+from tome_bench import archs
 from tome_core import DEFAULT_PRESET, TomeConfig, describe, get_preset
-from tome_core.bench import archs
 from tome_webui.params import field_of, spec
 from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP
 

@@ -1,9 +1,9 @@
 """Merging lean enough for a GPU: no host synchronisation in a patched UNet call, no per-sample work, index
 tensors shared by blocks, and at most tomesd's kernel-launching operations per merged block.
 
-Operations are counted on the CPU with a `TorchDispatchMode` (`tome_core.bench.ops`): on a GPU each non-view
-operation launches a kernel and each `_local_scalar_dense`/`nonzero`/`item` stops the host until the device
-catches up.
+Operations are counted on the CPU with a `TorchDispatchMode` (`tome_bench.ops`, which loads nothing else of the
+benchmark): on a GPU each non-view operation launches a kernel and each `_local_scalar_dense`/`nonzero`/`item`
+stops the host until the device catches up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tome_core
-from tome_core.bench.ops import count_ops
+from tome_bench.ops import count_ops
 from tome_core.merge import PARTITIONS_PER_GRID, grid_layout, random_partitions
 
 from tiny_models import PipelineLike, build_unet, forward, forward_unet, make_inputs

@@ -19,8 +19,8 @@ from webui_stub.harness import install_xyz_module, load_extension, reset
 
 import tome_core
 import tome_webui
+from tome_bench import archs
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
-from tome_core.bench import archs
 from tome_webui import ui
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, defaults, ui_value
 

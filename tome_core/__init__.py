@@ -20,6 +20,7 @@ from tome_core.patch import (
     reset_stats,
     set_step,
     stats,
+    transformer_blocks,
 )
 from tome_core.presets import DEFAULT_PRESET, FAMILIES, Measured, Preset, get_preset, presets
 
@@ -50,4 +51,5 @@ __all__ = [
     "reset_stats",
     "set_step",
     "stats",
+    "transformer_blocks",
 ]

@@ -351,6 +351,12 @@ def reset_stats(model: Any) -> None:
         block.wanted, block.reached, block.applied = set(), set(), set()
 
 
+def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:
+    """`model`'s UNet's transformer blocks in forward order, each with its downsampling level (1: the full latent,
+    2: half, ...), as the patch finds them."""
+    return _structural_levels(find_unet(model))
+
+
 def blocks_per_level(model: Any) -> dict[int, int]:
     """Transformer blocks per downsampling level of `model`'s UNet (1: the full latent, 2: half, ...)."""
     counts: dict[int, int] = {}

@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from tome_core.bench import archs, peers, report, run
-from tome_core.bench.options import LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row
-from tome_core.config import FieldSpec, TomeConfig, field_spec, field_specs
+import tome_core
+from tome_bench import archs, peers, report, run
+from tome_bench.options import CLOCK_NAMES, LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row, steps_at_strength
+from tome_core import FieldSpec, TomeConfig, field_spec, field_specs
 
 VARIANTS = ("baseline", "ours", "tomesd")
 
@@ -59,22 +60,20 @@ FULL_MATRIX = Matrix(sizes="512,1024", ratios="0.3,0.5,0.7", repeats=3, warmup=1
 #: --quick: a smoke test of the whole pipeline.
 QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=1)
 #: The GPU run: SD1.5 and SDXL at 1024 and 2048 px, ours in merge mode (the default) and in kv mode, and tomesd,
-#: over the full matrix's ratios and repeats (shown by --help and the README).
-GPU_COMMAND = (
-    "python -m tome_core.bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv"
-)
+#: over the full matrix's ratios and repeats (shown by --help and docs/benchmarks.md).
+GPU_COMMAND = "python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv"
 #: --steps N (whole generations) on any device: SD1.5 at 512 px, ratio 0.5, three timed generations per variant.
 GEN_MATRIX = Matrix(sizes="512", ratios="0.5", repeats=3, warmup=0)
 #: --steps N --full: 512 and 768 px, three ratios, a warm-up generation of every variant.
 GEN_FULL_MATRIX = Matrix(sizes="512,768", ratios="0.3,0.5,0.7", repeats=3, warmup=1)
 #: --steps N --quick: a smoke test.
 GEN_QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=0)
-#: The whole-generation comparison (`make bench-gen`, README): SD1.5 at 512 and 768 px with 10 Euler steps and
-#: SDXL at 768 px with 4, every peer at its default and a faster setting, ours stacked with DeepCache, ours at
-#: ratio 0.5 and at each preset.
+#: The whole-generation comparison (`make bench-gen`, docs/benchmarks.md): SD1.5 at 512 and 768 px with 10 Euler
+#: steps and SDXL at 768 px with 4, every peer at its default and a faster setting, ours stacked with DeepCache,
+#: ours at ratio 0.5 and at each preset.
 GEN_COMMANDS = (
-    "python -m tome_core.bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15",
-    "python -m tome_core.bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl",
+    "python -m tome_bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15",
+    "python -m tome_bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl",
 )
 #: Largest size (px) at which operations per merged block are counted.
 OPS_SIZE = 256
@@ -180,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     specs = [s for s in field_specs() if s.name not in _OWNED_FIELDS]
     set_help = "; ".join(f"{s.name}: {s.allowed()} (default {s.default!r})" for s in specs)
     p = argparse.ArgumentParser(
-        prog="python -m tome_core.bench",
+        prog="python -m tome_bench",
         description="Time one Stable Diffusion UNet step (batch 2) unpatched, with tome_core and with tomesd."
         f" Default matrix on cpu: {DEFAULT_MATRIX.describe()} (about 8 minutes on 2 cores); on cuda, and on"
         f" cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios, --repeats and --warmup override the matrix."
@@ -256,6 +255,20 @@ def build_parser() -> argparse.ArgumentParser:
         " token unlike its neighbours, which overstates what merging loses). Default noise; noise,natural with"
         " --steps",
     )
+    p.add_argument(
+        "--clock",
+        choices=CLOCK_NAMES,
+        default="wall",
+        help="what times a call: wall (time.perf_counter, default) or cpu (time.process_time, the CPU time of this"
+        " process: on a machine shared with other processes it stays near the quiet wall time with --threads 1; with"
+        " more threads it adds up their times); --device cpu only",
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH.png",
+        help="where the speed-up/deviation plot goes (default: next to the JSON, bench.png or gen.png in --out)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500; per-call mode)")
     gen = p.add_argument_group("whole generations")
@@ -267,6 +280,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--scheduler", choices=SCHEDULERS, default=None, help="sampler with --steps (default euler)")
     gen.add_argument("--guidance", type=float, default=None, help="classifier-free guidance with --steps (default 7)")
+    gen.add_argument(
+        "--strength",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --steps: 0 < S <= 1, default 1 (txt2img from the start latent as noise). Below 1 an img2img pass"
+        " like the WebUI's hires fix: the start latent, at --sizes (the 2x size of a hires pass), is noised to the"
+        " timestep where S of the schedule remains and only the last int(N * S) of the --steps N run (--steps 10"
+        " --strength 0.5 runs 5); every variant starts from the same noised latent",
+    )
     gen.add_argument(
         "--peers",
         default=None,
@@ -311,16 +334,25 @@ def _names(text: str, known: Sequence[str], option: str) -> list[str]:
 
 
 def parse_presets(text: str | None) -> list[str]:
-    """--presets: names of tome_core.presets(), or 'all'. ValueError when this tome_core has no preset API."""
+    """--presets: names of tome_core.presets(), or 'all'."""
     if text is None:
         return []
-    known = run.preset_names()
-    if known is None:
+    return _names(text, [p.name for p in tome_core.presets()], "--presets")
+
+
+def parse_strength(strength: float | None, steps: int | None) -> float:
+    """--strength: 0 < S <= 1 with --steps N, running at least one of the N steps; 1 when not given."""
+    if strength is None:
+        return 1.0
+    if steps is None:
+        raise ValueError("--strength needs --steps N (whole generations); the per-call mode times one UNet call")
+    if not 0.0 < strength <= 1.0:
+        raise ValueError(f"--strength must be in (0, 1], got {strength:g}")
+    if steps_at_strength(steps, strength) < 1:
         raise ValueError(
-            "--presets: this tome_core has no preset API (tome_core.presets() does not exist); run ours with"
-            " --set/--ours instead"
+            f"--strength {strength:g} with --steps {steps} runs int({steps} * {strength:g}) = 0 steps; raise one of them"
         )
-    return _names(text, known, "--presets")
+    return strength
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -371,6 +403,9 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise ValueError(f"--threads must be at least 1, got {a.threads}")
         if a.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda: torch.cuda.is_available() is False")
+        if a.clock == "cpu" and a.device == "cuda":
+            raise ValueError("--clock cpu times the CPU only; on cuda the GPU's work is not CPU time: use --clock wall")
+        strength = parse_strength(a.strength, a.steps)
     except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
         parser.error(str(exc))
     dtype_name = a.dtype or ("fp16" if a.device == "cuda" else "fp32")
@@ -398,6 +433,9 @@ def parse_options(argv: Sequence[str]) -> Options:
         scheduler=a.scheduler or "euler",
         guidance=7.0 if a.guidance is None else a.guidance,
         peers=peer_names,
+        clock=a.clock,
+        strength=strength,
+        plot=Path(a.plot) if a.plot else None,
     )
 
 
@@ -409,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse_options(argv)
     if opts.steps is not None:
-        from tome_core.bench import generate  # imports diffusers' pipelines (and transformers) only when needed
+        from tome_bench import generate  # imports diffusers' pipelines (and transformers) only when needed
 
         return generate.main(opts, argv)
     return main_call(opts, argv)
@@ -485,27 +523,18 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
                     else ""
                 )
             )
+    notes += report.clock_notes(opts)
     wall = time.perf_counter() - started
     table = report.format_table(rows, opts.device, opts.latents)
     warning = report.spread_line(rows)
     opts.out.mkdir(parents=True, exist_ok=True)
     markdown = report.write_report(opts, argv, rows, checks, notes, info, wall, overhead)
-    (opts.out / "bench.md").write_text(markdown)
-    payload = {
-        "command": ["python", "-m", "tome_core.bench", *argv],
-        "mode": "call",
-        "latents": opts.latents,
-        "machine": info,
-        "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
-        "rows": [r.__dict__ for r in rows],
-        "merge_overhead": [r.__dict__ for r in overhead],
-        "checks": [{"ok": ok, "text": text} for ok, text in checks],
-        "notes": notes,
-        "spread_warning": warning,
-        "wall_s": wall,
-    }
-    (opts.out / "bench.json").write_text(json.dumps(payload, indent=2))
-    report.write_plot(rows, opts.out / "bench.png")
+    paths = [opts.out / "bench.md", opts.out / "bench.json", opts.plot or opts.out / "bench.png"]
+    paths[0].write_text(markdown)
+    extra = {"merge_overhead": [r.__dict__ for r in overhead]}
+    data = report.payload(opts, argv, info, rows, checks, notes, warning, wall, mode_keys={}, extra=extra)
+    paths[1].write_text(json.dumps(data, indent=2))
+    report.write_plot(rows, paths[2], latents=opts.latents)
 
     print(table)
     if warning:
@@ -516,9 +545,6 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
     print()
     print(report.format_overhead(overhead))
     print()
-    for ok, text in checks:
-        print(f"{'PASS' if ok else 'FAIL'}: {text}")
-    for n in notes:
-        print(f"note: {n}")
-    print(f"\nwrote {opts.out / 'bench.md'}, {opts.out / 'bench.json'}, {opts.out / 'bench.png'} ({wall:.1f} s)")
+    report.print_checks_and_notes(checks, notes)
+    print(f"\nwrote {', '.join(map(str, paths))} ({wall:.1f} s)")
     return 0 if all(ok for ok, _ in checks) else 1

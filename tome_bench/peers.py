@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tome_core.bench.archs import Arch
+from tome_bench.archs import Arch
 
 #: Peer names on the command line, in the order they run; `all` selects every one.
 PEER_NAMES = ("tomesd", "ca-tome", "deepcache", "hidiffusion", "deepcache+ours")

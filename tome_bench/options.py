@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tome_core.bench.archs import Arch
+from tome_bench.archs import Arch
 
 #: Above this spread ((max - min) / median of a variant's timed runs) the report warns that the machine was too
 #: busy to trust the speed-ups: a quiet machine keeps it within a few percent.
@@ -25,6 +25,10 @@ SPREAD_LIMIT = 0.10
 LATENT_KINDS = ("noise", "natural")
 #: Samplers of the whole-generation mode: Euler (the WebUI's default) and DPM++ 2M.
 SCHEDULERS = ("euler", "dpm++2m")
+#: Clocks of --clock (see `timing.CLOCKS`): wall time, or the process's CPU time.
+CLOCK_NAMES = ("wall", "cpu")
+#: Variant name of ours at a preset of `tome_core.presets()`: PRESET_PREFIX + the preset's name.
+PRESET_PREFIX = "ours:preset="
 
 
 @dataclass
@@ -56,12 +60,24 @@ class Options:
     steps: int | None = None
     scheduler: str = "euler"
     guidance: float = 7.0
-    #: Peers of the whole-generation mode (`tome_core.bench.peers.PEERS`), each at its default and a faster setting.
+    #: Peers of the whole-generation mode (`tome_bench.peers.PEER_NAMES`), each at its default and a faster setting.
     peers: list[str] = field(default_factory=list)
+    #: What times a call: "wall" (time.perf_counter) or "cpu" (time.process_time), see `timing`.
+    clock: str = "wall"
+    #: Whole-generation mode: the fraction of --steps that runs, img2img-style from a noised start latent
+    #: (1: txt2img from noise, every step).
+    strength: float = 1.0
+    #: Where the plot goes; None: next to the JSON (bench.png, gen.png).
+    plot: Path | None = None
 
     @property
     def mode(self) -> str:
         return "call" if self.steps is None else "generate"
+
+    @property
+    def steps_run(self) -> int | None:
+        """Sampler steps one generation runs: int(steps * strength) as diffusers' img2img counts them."""
+        return None if self.steps is None else steps_at_strength(self.steps, self.strength)
 
 
 @dataclass
@@ -100,6 +116,12 @@ class OverheadRow:
     channels: int
     ratio: float
     ms: dict[str, float]  # matching name -> median ms of plan + merge + unmerge
+
+
+def steps_at_strength(steps: int, strength: float) -> int:
+    """The last steps of an N-step schedule that a pass at `strength` runs: min(int(N * strength), N), the count
+    of diffusers' img2img pipelines (`get_timesteps`)."""
+    return min(int(steps * strength), steps)
 
 
 def spread(times: Sequence[float]) -> float | None:

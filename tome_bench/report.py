@@ -1,4 +1,5 @@
-"""Reporting: the markdown tables, machine information, the plot and bench.md."""
+"""Reporting: the markdown tables, machine information, the plot, bench.md and gen.md, the JSON payload and the
+console summary of both modes."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ import os
 import platform
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from tome_core.bench.options import Options, OverheadRow, Row, spread_warning
-from tome_core.bench.run import rss_bytes
-from tome_core.config import TomeConfig
+from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread_warning
+from tome_bench.timing import CLOCKS, rss_bytes
+from tome_core import TomeConfig
 
 #: How the report names the samplers of the whole-generation mode.
 SCHEDULER_LABELS = {"euler": "Euler", "dpm++2m": "DPM++ 2M"}
+#: The command that runs the benchmark, as the reports and the JSON write it.
+COMMAND = ("python", "-m", "tome_bench")
 
 
 def format_overhead(rows: Sequence[OverheadRow]) -> str:
@@ -155,12 +160,13 @@ def version(name: str) -> str:
         return "not installed"
 
 
-#: Plot colours and markers of the fixed variants; every other variant (ours:NAME, presets, peers) gets the next.
+#: Plot colours and markers of the fixed variants; every other variant (ours:NAME, peers) gets the next free one.
 _STYLES = {"baseline": ("black", "x"), "ours": ("tab:blue", "o"), "tomesd": ("tab:orange", "s")}
+#: The preset ladder's colour and marker.
+_LADDER_STYLE = ("tab:red", "D")
 _MORE_STYLES = (
     ("tab:green", "^"),
     ("tab:purple", "v"),
-    ("tab:red", "D"),
     ("tab:brown", "P"),
     ("tab:pink", "X"),
     ("tab:olive", "<"),
@@ -173,50 +179,133 @@ _MORE_STYLES = (
 
 
 def plot_styles(variants: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """(colour, marker) per variant name: fixed for baseline, ours and tomesd, the next free one for the rest."""
+    """(colour, marker) per variant name: fixed for baseline, ours, tomesd and the presets (one ladder), the next
+    free one for the rest."""
     styles = {k: v for k, v in _STYLES.items() if k in variants}
     extra = iter(_MORE_STYLES)
     for name in dict.fromkeys(variants):
-        if name not in styles:
+        if name.startswith(PRESET_PREFIX):
+            styles[name] = _LADDER_STYLE
+        elif name not in styles:
             styles[name] = next(extra, ("tab:gray", "*"))
     return styles
 
 
-def write_plot(rows: Sequence[Row], path: Path, what: str = "one UNet step, batch 2") -> None:
-    """Speed-up against deviation, one panel per (arch, size), one labelled marker per variant."""
+@dataclass
+class PlotPoint:
+    """One variant in a panel: speed-up (x) and deviation on the first start latent (y) and on the natural one."""
+
+    label: str
+    speedup: float
+    deviation: float
+    natural: float | None = None
+
+
+@dataclass
+class PlotSeries:
+    """What one panel draws for one variant name: `line` connects the points (the preset ladder, a variant over
+    --ratios), in order of speed-up."""
+
+    name: str
+    kind: str  # baseline | ladder | ours | peer
+    points: list[PlotPoint] = field(default_factory=list)
+
+    @property
+    def line(self) -> bool:
+        return self.kind in ("ladder", "ours") and len(self.points) > 1
+
+
+def plot_series(rows: Sequence[Row], latents: Sequence[str] = ("noise",)) -> dict[tuple[str, str], list[PlotSeries]]:
+    """The plot's content per (arch, size) panel: the baseline at (1, 0), the presets as one ladder, each ours
+    configuration over its ratios, each peer setting on its own; rows with an error or no deviation are left out.
+
+    `natural` is the deviation on the natural start latent when it was run and is not the first (plotted) one.
+    """
+    second = "natural" if "natural" in latents[1:] else None
+    panels: dict[tuple[str, str], dict[str, PlotSeries]] = {}
+    for r in rows:
+        series = panels.setdefault((r.arch, r.size), {})
+        if r.median_s is None or r.speedup is None or r.deviation is None:
+            continue
+        if r.variant == "baseline":
+            name, kind, label = "baseline", "baseline", "baseline"
+        elif r.variant.startswith(PRESET_PREFIX):
+            name, kind, label = "presets", "ladder", r.variant[len(PRESET_PREFIX) :]
+        else:
+            name = r.variant
+            kind = "ours" if r.variant == "ours" or r.variant.startswith("ours:") else "peer"
+            label = r.variant if r.ratio is None else f"{r.variant} r={r.ratio:g}"
+        natural = r.deviations.get(second) if second else None
+        series.setdefault(name, PlotSeries(name, kind)).points.append(PlotPoint(label, r.speedup, r.deviation, natural))
+    out: dict[tuple[str, str], list[PlotSeries]] = {}
+    for key, series in panels.items():
+        for s in series.values():
+            if s.line:
+                s.points.sort(key=lambda p: p.speedup)
+        out[key] = list(series.values())
+    return out
+
+
+def write_plot(
+    rows: Sequence[Row], path: Path, what: str = "one UNet step, batch 2", latents: Sequence[str] = ("noise",)
+) -> None:
+    """Speed-up (x) against deviation (y) as a PNG, one panel per (arch, size): the baseline at (1, 0), the
+    presets as a labelled ladder line, each peer setting as its own labelled marker; filled markers on the first
+    start latent, hollow ones on the natural latent when it was run as well. matplotlib is imported here only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    groups: dict[tuple[str, str], list[Row]] = {}
-    for r in rows:
-        groups.setdefault((r.arch, r.size), []).append(r)
-    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 5), squeeze=False)
-    styles = plot_styles([r.variant for r in rows])
-    for ax, ((arch, size), group) in zip(axes[0], groups.items()):
-        for kind, (color, marker) in styles.items():
-            pts = [r for r in group if r.variant == kind and r.median_s is not None and r.deviation is not None]
-            if not pts:
+    panels = plot_series(rows, latents)
+    styles = plot_styles([s.name for series in panels.values() for s in series])
+    styles["presets"] = _LADDER_STYLE
+    count = max(len(panels), 1)
+    fig, axes = plt.subplots(1, count, figsize=(6.5 * count, 5), squeeze=False)
+    hollow = "natural" if "natural" in latents[1:] else None
+    for ax, ((arch, size), series) in zip(axes[0], panels.items()):
+        for s in series:
+            color, marker = styles[s.name]
+            xs = [p.speedup for p in s.points]
+            ys = [p.deviation for p in s.points]
+            legend = "presets" if s.kind == "ladder" else s.name
+            ax.plot(xs, ys, ls="-" if s.line else "none", color=color, marker=marker, ms=7, label=legend)
+            natural = [(p.speedup, p.natural) for p in s.points if p.natural is not None]
+            if natural:
+                ax.plot(
+                    [x for x, _ in natural],
+                    [y for _, y in natural],
+                    ls="--" if s.line else "none",
+                    color=color,
+                    marker=marker,
+                    ms=7,
+                    mfc="none",
+                )
+            if s.kind == "baseline":
                 continue
-            ax.scatter([r.deviation for r in pts], [r.speedup for r in pts], c=color, marker=marker, s=50, label=kind)
-            for r in pts:
-                if kind == "baseline":
-                    continue
+            for p in s.points:
                 ax.annotate(
-                    kind if r.ratio is None else f"{kind} r={r.ratio:g}",
-                    (r.deviation, r.speedup),
+                    p.label,
+                    (p.speedup, p.deviation),
                     textcoords="offset points",
                     xytext=(5, 4),
                     fontsize=8,
                     color=color,
                 )
-        ax.axhline(1.0, color="grey", lw=0.6, ls=":")
+        ax.axvline(1.0, color="grey", lw=0.6, ls=":")
         ax.set_title(f"{arch} {size}px: {what}")
-        ax.set_xlabel("output deviation ||out - base|| / ||base||")
-        ax.set_ylabel("speed-up over baseline (x)")
+        ax.set_xlabel("speed-up over baseline (x)")
+        ax.set_ylabel("deviation ||out - base|| / ||base||")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+        handles, _ = ax.get_legend_handles_labels()
+        if hollow:  # which marker is which start latent
+            first = latents[0]
+            handles += [
+                Line2D([], [], ls="none", marker="o", color="grey", label=f"filled: {first} latent"),
+                Line2D([], [], ls="none", marker="o", color="grey", mfc="none", label=f"hollow: {hollow} latent"),
+            ]
+        ax.legend(handles=handles, fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -249,6 +338,86 @@ def _latent_line(opts: Options) -> str:
     )
 
 
+def command_line(argv: Sequence[str]) -> str:
+    """The command as one shell line: 'python -m tome_bench --arch tiny ...'."""
+    return shlex.join([*COMMAND, *argv])
+
+
+def generation_steps(opts: Options) -> str:
+    """'10 Euler steps', or below strength 1 'the last 5 of 10 Euler steps (strength 0.5)'."""
+    sampler = SCHEDULER_LABELS[opts.scheduler]
+    if opts.strength >= 1.0:
+        return f"{opts.steps} {sampler} steps"
+    return f"the last {opts.steps_run} of {opts.steps} {sampler} steps (strength {opts.strength:g})"
+
+
+def clock_notes(opts: Options) -> list[str]:
+    """The note that CPU time adds up every thread's time, when --clock cpu ran on more than one thread."""
+    threads = torch.get_num_threads()
+    if opts.clock != "cpu" or threads == 1:
+        return []
+    return [
+        f"--clock cpu with {threads} torch threads: CPU time adds up the time of every thread, so it is not the"
+        " quiet wall time; run --clock cpu with --threads 1"
+    ]
+
+
+def _clock_line(opts: Options) -> str:
+    return f"- clock: {opts.clock}, {CLOCKS[opts.clock][1]}"
+
+
+def _time_word(opts: Options) -> str:
+    return "wall time" if opts.clock == "wall" else "CPU time"
+
+
+def _checks_and_notes(checks: Sequence[tuple[bool, str]], notes: Sequence[str]) -> list[str]:
+    """The tail of both reports: the sanity checks and the notes."""
+    lines = ["", "## Sanity checks", "", *[f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks]]
+    if notes:
+        lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
+    return lines
+
+
+def print_checks_and_notes(checks: Sequence[tuple[bool, str]], notes: Sequence[str]) -> None:
+    """The console's version of the same tail."""
+    for ok, text in checks:
+        print(f"{'PASS' if ok else 'FAIL'}: {text}")
+    for n in notes:
+        print(f"note: {n}")
+
+
+def payload(
+    opts: Options,
+    argv: Sequence[str],
+    info: dict[str, str],
+    rows: Sequence[Row],
+    checks: Sequence[tuple[bool, str]],
+    notes: Sequence[str],
+    warning: str | None,
+    wall: float,
+    *,
+    mode_keys: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON of either mode: `mode_keys` right after the mode (the sampler's settings), `extra` after the rows
+    (the per-call mode's merge overhead)."""
+    return {
+        "command": [*COMMAND, *argv],
+        "mode": opts.mode,
+        **mode_keys,
+        "latents": opts.latents,
+        "clock": opts.clock,
+        "machine": info,
+        "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
+        "rows": [r.__dict__ for r in rows],
+        **extra,
+        "checks": [{"ok": ok, "text": text} for ok, text in checks],
+        "notes": list(notes),
+        "spread_warning": warning,
+        "wall_s": wall,
+    }
+
+
 def _results(rows: Sequence[Row], opts: Options, generation: bool) -> list[str]:
     lines = [format_table(rows, opts.device, opts.latents, generation=generation)]
     warning = spread_line(rows)
@@ -269,11 +438,10 @@ def write_report(
     overhead: Sequence[OverheadRow] = (),
 ) -> str:
     """bench.md of the per-call mode."""
-    command = "python -m tome_core.bench" + ("" if not argv else " " + shlex.join(argv))
     lines = [
         "# ToMe benchmark: one UNet step",
         "",
-        f"Command: `{command}`",
+        f"Command: `{command_line(argv)}`",
         "",
         *[f"- {k}: {v}" for k, v in info.items()],
         f"- weights: {opts.checkpoint or f'random (seed {opts.seed})'}; inputs: seeded random (seed {opts.seed}),"
@@ -282,6 +450,7 @@ def write_report(
         f"- repeats: {opts.repeats} timed runs per variant after "
         + (f"{opts.warmup} warm-up round(s)" if opts.warmup else "one untimed baseline call (no warm-up round)")
         + ", variants interleaved round-robin",
+        _clock_line(opts),
         *_ours_lines(opts, "unet"),
         f"- tomesd: `tomesd.apply_patch(unet, ratio=r, max_downsample={opts.tomesd_max_downsample})`, other arguments"
         " at tomesd's defaults (sx=sy=2, use_rand=True, merge_attn only)",
@@ -291,7 +460,7 @@ def write_report(
         "",
         *_results(rows, opts, generation=False),
         "",
-        "median s: median wall time of one UNet call. speed-up: baseline median / median. spread: (max - min) /"
+        f"median s: median {_time_word(opts)} of one UNet call. speed-up: baseline median / median. spread: (max - min) /"
         " median of the timed runs. deviation: relative L2 distance of the output from the baseline output on the"
         " same input (first run).",
     ]
@@ -315,13 +484,8 @@ def write_report(
         " random partitions), median of the interleaved runs; the attention itself is not included.",
         "",
         format_overhead(overhead),
-        "",
-        "## Sanity checks",
-        "",
-        *[f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks],
+        *_checks_and_notes(checks, notes),
     ]
-    if notes:
-        lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
     return "\n".join(lines) + "\n"
 
 
@@ -350,17 +514,22 @@ def write_gen_report(
     wall: float,
 ) -> str:
     """gen.md of the whole-generation mode."""
-    command = "python -m tome_core.bench" + ("" if not argv else " " + shlex.join(argv))
-    sampler = SCHEDULER_LABELS[opts.scheduler]
+    steps = generation_steps(opts)
+    start = (
+        ""
+        if opts.strength >= 1.0
+        else f"; img2img-style like a hires pass: the start latent noised to the timestep where {opts.strength:g}"
+        " of the schedule remains (the scheduler's add_noise), the same for every variant"
+    )
     lines = [
-        f"# ToMe benchmark: whole generations, {opts.steps} {sampler} steps",
+        f"# ToMe benchmark: whole generations, {steps}",
         "",
-        f"Command: `{command}`",
+        f"Command: `{command_line(argv)}`",
         "",
         *[f"- {k}: {v}" for k, v in info.items()],
         f"- weights: {opts.checkpoint or f'random (seed {opts.seed})'}; a diffusers pipeline without VAE or text"
         f" encoders: seeded random prompt embeddings (seed {opts.seed}), classifier-free guidance {opts.guidance:g}"
-        f" (batch 2 per UNet call), {opts.steps} {sampler} steps, output_type='latent'",
+        f" (batch 2 per UNet call), {steps}, output_type='latent'{start}",
         _latent_line(opts),
         f"- repeats: {opts.repeats} timed generations per variant after "
         + (
@@ -369,24 +538,20 @@ def write_gen_report(
             else "one untimed 1-step baseline generation (no warm-up round)"
         )
         + ", variants interleaved round-robin, the same global RNG seed for each",
+        _clock_line(opts),
         *_ours_lines(opts, "pipe"),
         "- peers: each from its PyPI package at its documented default and one faster setting (the setting column"
-        " gives its arguments); see tome_core/bench/peers.py",
+        " gives its arguments); see tome_bench/peers.py",
         f"- total wall time: {wall:.1f} s; load average (1 min) at the end: {_loadavg()}",
         "",
         "## Results",
         "",
         *_results(rows, opts, generation=True),
         "",
-        "median s: median wall time of one generation. speed-up: baseline median / median. spread: (max - min) /"
-        " median of the timed generations. deviation: relative L2 distance of the final latent from the baseline's"
-        " (same start latent, same seed), after every step's error has propagated. PSNR: of the final latent, peak ="
-        " the baseline latent's range.",
-        "",
-        "## Sanity checks",
-        "",
-        *[f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks],
+        f"median s: median {_time_word(opts)} of one generation. speed-up: baseline median / median. spread: (max -"
+        " min) / median of the timed generations. deviation: relative L2 distance of the final latent from the"
+        " baseline's (same start latent, same seed), after every step's error has propagated. PSNR: of the final"
+        " latent, peak = the baseline latent's range.",
+        *_checks_and_notes(checks, notes),
     ]
-    if notes:
-        lines += ["", "## Notes", "", *[f"- {n}" for n in notes]]
     return "\n".join(lines) + "\n"

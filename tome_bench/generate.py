@@ -1,5 +1,9 @@
-"""Whole generations (`python -m tome_core.bench --steps N`): every variant runs N sampler steps of a diffusers
+"""Whole generations (`python -m tome_bench --steps N`): every variant runs N sampler steps of a diffusers
 pipeline, side by side with the alternatives a user could pick instead (`--peers`, see `peers`).
+
+With `--strength S` below 1 a generation is an img2img pass, as the WebUI's hires fix runs one: the start latent
+is noised to the timestep where a fraction S of the N-step schedule remains and only those last int(N * S) steps
+run (`noise_to_strength`, with the scheduler's own `set_timesteps`, `timesteps[t_start:]` and `add_noise`).
 
 The pipeline (StableDiffusionPipeline or StableDiffusionXLPipeline) wraps the random-weight UNet of `archs`
 with no VAE, text encoders or tokenizers: prompt embeddings are seeded random tensors passed through the
@@ -26,9 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from tome_core.bench import archs, peers, report, run
-from tome_core.bench.options import Options, Row
-from tome_core.config import TomeConfig
+import tome_core
+from tome_bench import archs, peers, report, run
+from tome_bench.options import Options, Row, steps_at_strength
+from tome_bench.timing import timed_call
+from tome_core import TomeConfig
 
 #: SD's noise schedule (scaled-linear betas, as in the SD1.5 and SDXL-base scheduler configs), shared by both
 #: samplers; "leading" spacing with steps_offset 1 as in SDXL-base's EulerDiscreteScheduler config.
@@ -123,11 +129,16 @@ class GenInputs:
     latents: torch.Tensor
     seed: int
     device: torch.device
+    #: Below strength 1: the timesteps that run, the last ones of the schedule (the pipeline's `timesteps=`).
+    timesteps: list[float] | None = None
 
     def kwargs(self, steps: int | None = None) -> dict[str, Any]:
+        """Fresh arguments of one generation; `steps` runs only the first `steps` sampler steps (the priming)."""
         out = dict(self.fixed)
-        if steps is not None:
+        if steps is not None and self.timesteps is None:
             out["num_inference_steps"] = steps
+        elif steps is not None:
+            out["timesteps"] = self.timesteps[:steps]
         # the scheduler draws from the generator (Euler's churn noise, unused at churn 0): a fresh one per run
         out["generator"] = torch.Generator(device=self.device).manual_seed(self.seed)
         out["latents"] = self.latents.clone()
@@ -145,9 +156,12 @@ def make_gen_inputs(
     dtype: torch.dtype,
     device: torch.device,
     seed: int,
+    scheduler: str = "euler",
+    strength: float = 1.0,
 ) -> GenInputs:
     """Seeded prompt embeddings [1, 77, ctx] (and SDXL's pooled [1, pooled_dim]) for the prompt and the negative
-    prompt, and a start latent [1, 4, H/8, W/8]: white noise or a natural spectrum (`archs.natural_latent`).
+    prompt, and a start latent [1, 4, H/8, W/8]: white noise or a natural spectrum (`archs.natural_latent`),
+    below `strength` 1 noised to where that fraction of the `scheduler`'s schedule remains (`noise_to_strength`).
 
     The embeddings are the same for both latent kinds.
     """
@@ -177,38 +191,48 @@ def make_gen_inputs(
         fixed["negative_pooled_prompt_embeds"] = embeds(1, spec.pooled_dim)
         fixed["original_size"] = fixed["target_size"] = (height, width)
         fixed["crops_coords_top_left"] = (0, 0)
-    return GenInputs(fixed, latents.to(device=device, dtype=dtype), seed, device)
+    if strength >= 1.0:
+        return GenInputs(fixed, latents.to(device=device, dtype=dtype), seed, device)
+    latents, timesteps = noise_to_strength(latents, scheduler, steps, strength, seed)
+    del fixed["num_inference_steps"]  # the pipeline runs the given timesteps
+    fixed["timesteps"] = timesteps
+    return GenInputs(fixed, latents.to(device=device, dtype=dtype), seed, device, timesteps)
+
+
+def noise_to_strength(
+    start: torch.Tensor, scheduler: str, steps: int, strength: float, seed: int
+) -> tuple[torch.Tensor, list[float]]:
+    """An img2img pass's start, as diffusers' img2img pipelines make it: the timesteps that run and the latent
+    [1, 4, h, w] to hand a txt2img pipeline with them.
+
+    The scheduler's `steps`-step schedule, its last int(steps * strength) timesteps (`timesteps[t_start:]`), and
+    `start` noised to the first of them with seeded white noise (seed + 1: not the start latent's own stream) by
+    the scheduler's `add_noise`. The txt2img pipeline multiplies the latents it is given by its scheduler's
+    `init_noise_sigma` once it has set these timesteps, so the latent is returned divided by that: its first step
+    sees the noised latent.
+    """
+    sched = make_scheduler(scheduler)
+    sched.set_timesteps(steps)
+    t_start = (steps - steps_at_strength(steps, strength)) * sched.order
+    timesteps = sched.timesteps[t_start:]
+    sched.set_begin_index(t_start)
+    noise = torch.randn(start.shape, generator=torch.Generator().manual_seed(seed + 1))
+    noised = sched.add_noise(start.float(), noise, timesteps[:1])
+    pipeline_side = make_scheduler(scheduler)
+    pipeline_side.set_timesteps(timesteps=timesteps.tolist())
+    return noised / pipeline_side.init_noise_sigma, timesteps.tolist()
 
 
 def run_generation(
-    fn: Callable[..., Any], kwargs: dict[str, Any], device: torch.device, *, sample_rss: bool
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    device: torch.device,
+    *,
+    sample_rss: bool,
+    clock_name: str = "wall",
 ) -> tuple[float, torch.Tensor, int | None]:
     """One timed generation: (seconds, final latent [1, 4, H/8, W/8] as float32 on CPU, peak memory or None)."""
-    mem: int | None = None
-    sampler = run.RssSampler() if sample_rss else None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    gc.disable()  # no collection pause inside the timed generation
-    try:
-        with torch.inference_mode():
-            if sampler is not None:
-                sampler.__enter__()
-            try:
-                run._sync(device)
-                start = time.perf_counter()
-                out = fn(**kwargs)
-                run._sync(device)
-                seconds = time.perf_counter() - start
-            finally:
-                if sampler is not None:
-                    sampler.__exit__(None, None, None)
-    finally:
-        gc.enable()
-    if device.type == "cuda":
-        mem = torch.cuda.max_memory_allocated(device) - before
-    elif sampler is not None:
-        mem = sampler.peak
+    seconds, out, mem = timed_call(lambda: fn(**kwargs), device, clock_name=clock_name, sample_rss=sample_rss)
     latents = out.images if hasattr(out, "images") else out[0]
     return seconds, latents.detach().float().cpu(), mem
 
@@ -225,7 +249,7 @@ class Snapshot:
 
     Peers patch by replacing classes, instance methods and attributes; `restore` puts back exactly what was
     there (deleting added attributes, restoring replaced and removed ones and classes) and says what it changed.
-    Hook counts are checked apart (`run._hook_count`): restoring cannot remove a hook.
+    Hook counts are checked apart (`run.hook_count`): restoring cannot remove a hook.
     """
 
     objects: list[tuple[str, Any, type, dict[str, Any]]]
@@ -283,21 +307,20 @@ class GenVariant(run.Variant):
     leftovers: list[str] = field(default_factory=list)
 
 
-def _ours_pair(tome_core: Any, cfg: TomeConfig) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+def _ours_pair(cfg: TomeConfig) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
     # Patched through the pipeline, the core follows the scheduler's step index (its step window).
     return (lambda pipe: tome_core.apply_patch(pipe, cfg)), tome_core.remove_patch
 
 
 def make_gen_variants(opts: Options, pipe: Any, spec: archs.Arch) -> list[GenVariant]:
     """baseline; ours at every ratio, each --ours configuration, each preset; tomesd (--variants) and --peers."""
-    tome_core = importlib.import_module("tome_core")
-    variants = [GenVariant("baseline", None, run._noop, run._noop, setting="unpatched")]
+    variants = [GenVariant("baseline", None, run.noop, run.noop, setting="unpatched")]
     base_cfg = TomeConfig.from_dict(opts.ours_fields)
     ours = [("ours", opts.ours_fields)] if "ours" in opts.variants else []
     ours += list(opts.extra_ours)
     for r in opts.ratios:
         for kind, fields in ours:
-            apply, remove = _ours_pair(tome_core, TomeConfig.from_dict(fields).replace(ratio=r))
+            apply, remove = _ours_pair(TomeConfig.from_dict(fields).replace(ratio=r))
             variants.append(GenVariant(kind, r, apply, remove, setting=_describe_ours(fields)))
     for name in opts.presets:
         variants.append(
@@ -318,7 +341,7 @@ def make_gen_variants(opts: Options, pipe: Any, spec: archs.Arch) -> list[GenVar
             name,
             spec=spec,
             ratios=opts.ratios,
-            ours=lambda r: _ours_pair(tome_core, base_cfg.replace(ratio=r)),
+            ours=lambda r: _ours_pair(base_cfg.replace(ratio=r)),
             tomesd_md=tomesd_md,
         )
         if name == "tomesd" and name not in opts.peers:
@@ -375,22 +398,24 @@ def bench_generation_size(
     progress: Any,
 ) -> list[Row]:
     """Whole generations of every variant at one size; rows in the order of `make_gen_variants`."""
-    assert opts.steps is not None
+    assert opts.steps is not None and opts.steps_run is not None
     height, width = size
     label = run.size_label(size)
     kinds = opts.latents
-    steps = opts.steps
+    steps = opts.steps_run  # what one generation runs: below strength 1 the last ones of the schedule
     inputs = {
         kind: make_gen_inputs(
             spec,
             height,
             width,
-            steps=steps,
+            steps=opts.steps,
             guidance=opts.guidance,
             latent_kind=kind,
             dtype=opts.dtype,
             device=opts.device,
             seed=opts.seed,
+            scheduler=opts.scheduler,
+            strength=opts.strength,
         )
         for kind in kinds
     }
@@ -401,7 +426,7 @@ def bench_generation_size(
     progress.total = (progress.total or 0) + steps * len(variants) * len(rounds) + (1 if opts.warmup == 0 else 0)
     progress.refresh()
     stepper = _StepProgress(progress)
-    rng = run._SeededGlobalRng(opts.seed, opts.device)
+    rng = run.SeededGlobalRng(opts.seed, opts.device)
     if opts.warmup == 0:
         # One untimed 1-step baseline generation: one-time costs (kernel selection, allocator growth, lazy
         # imports in the pipeline) would otherwise land on the first timed variant, the baseline.
@@ -412,7 +437,7 @@ def bench_generation_size(
         finally:
             rng.exit()
         progress.update(1)
-    hooks0 = run._hook_count(pipe.unet)
+    hooks0 = run.hook_count(pipe.unet)
     # Taken right after the baseline's first generation (the first of the first round), so that the attributes
     # every pipeline call sets (`_num_timesteps`, `_guidance_scale`, ...) hold their values for N steps.
     snapshot: Snapshot | None = None
@@ -436,7 +461,9 @@ def bench_generation_size(
             try:
                 v.apply(pipe)
                 fn = v.call(pipe) if v.call is not None else pipe
-                seconds, out, mem = run_generation(fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0)
+                seconds, out, mem = run_generation(
+                    fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                )
             except Exception as exc:  # a peer that fails must not stop the benchmark: its row says why
                 if v is base:
                     raise
@@ -450,11 +477,16 @@ def bench_generation_size(
                     checks.append((False, f"{spec.name} {label}px: removing {v.label} raised {exc!r}"))
                     clean = False
                 rng.exit()
+            ran = progress.n - start
+            if v.error is None and ran not in (0, steps):  # 0: a peer's own call without step callbacks
+                if v is base:
+                    raise RuntimeError(f"the baseline ran {ran} sampler steps instead of {steps}")
+                v.error = f"ran {ran} sampler steps instead of {steps}: its call does not follow the schedule given"
             stepper.finish(start, steps)
             if snapshot is None:
                 snapshot = Snapshot.take(pipe)
             left = snapshot.restore()
-            if run._hook_count(pipe.unet) != hooks0:
+            if run.hook_count(pipe.unet) != hooks0:
                 left.append("forward hooks left on the UNet")
                 clean = False
             if left and v.strict:
@@ -561,39 +593,31 @@ def main(opts: Options, argv: Sequence[str]) -> int:
                     else ""
                 )
             )
-    notes = list(dict.fromkeys(notes))
+    notes = list(dict.fromkeys(notes + report.clock_notes(opts)))
     wall = time.perf_counter() - started
     opts.out.mkdir(parents=True, exist_ok=True)
     warning = report.spread_line(rows)
     table = report.format_table(rows, opts.device, opts.latents, generation=True)
     markdown = report.write_gen_report(opts, argv, rows, checks, notes, info, wall)
-    paths = [opts.out / f"{OUTPUT_STEM}.{ext}" for ext in ("md", "json", "png")]
+    paths = [opts.out / f"{OUTPUT_STEM}.{ext}" for ext in ("md", "json")] + [
+        opts.plot or opts.out / f"{OUTPUT_STEM}.png"
+    ]
     paths[0].write_text(markdown)
-    payload = {
-        "command": ["python", "-m", "tome_core.bench", *argv],
-        "mode": "generate",
+    mode_keys = {
         "steps": opts.steps,
+        "strength": opts.strength,
+        "steps_run": opts.steps_run,
         "scheduler": opts.scheduler,
         "guidance": opts.guidance,
-        "latents": opts.latents,
-        "machine": info,
-        "ours_config": TomeConfig.from_dict(opts.ours_fields).to_dict(),
-        "rows": [r.__dict__ for r in rows],
-        "checks": [{"ok": ok, "text": text} for ok, text in checks],
-        "notes": notes,
-        "spread_warning": warning,
-        "wall_s": wall,
     }
-    paths[1].write_text(json.dumps(payload, indent=2))
-    report.write_plot(rows, paths[2], f"{opts.steps} {report.SCHEDULER_LABELS[opts.scheduler]} steps")
+    data = report.payload(opts, argv, info, rows, checks, notes, warning, wall, mode_keys=mode_keys, extra={})
+    paths[1].write_text(json.dumps(data, indent=2))
+    report.write_plot(rows, paths[2], report.generation_steps(opts), opts.latents)
 
     print(table)
     if warning:
         print(warning)
     print()
-    for ok, text in checks:
-        print(f"{'PASS' if ok else 'FAIL'}: {text}")
-    for n in notes:
-        print(f"note: {n}")
+    report.print_checks_and_notes(checks, notes)
     print(f"\nwrote {', '.join(map(str, paths))} ({wall:.1f} s)")
     return 0 if all(ok for ok, _ in checks) else 1

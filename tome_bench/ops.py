@@ -5,6 +5,9 @@ and an operation that reads a device value back to the host (`aten._local_scalar
 the CPU from queueing work ahead. Counting them on the CPU predicts that overhead without a GPU: `count_ops(fn)`
 runs `fn` under a `TorchDispatchMode` and sorts every dispatched operation into views (no data touched),
 factories without data (`empty`), host synchronisations, and kernel-launching operations (the rest).
+
+It imports torch only, and `tome_bench/__init__.py` nothing, so the core's own tests (tests/test_core_lean.py)
+count with it without loading the benchmark's command line, reports or peers.
 """
 
 from __future__ import annotations

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import importlib
 import importlib.metadata
 import math
-import os
 import statistics
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,104 +14,44 @@ from typing import Any
 import torch
 from torch import nn
 
-from tome_core.bench import archs, ops
-from tome_core.bench.options import Options, OverheadRow, Row, spread
-from tome_core.config import TomeConfig
-from tome_core.patch import _structural_levels
+import tome_core
+from tome_bench import archs, ops
+from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread
+from tome_bench.timing import timed_call
+from tome_core import TomeConfig
+from tome_core.merge import bipartite_soft_matching_random2d
 
-__all__ = ["OverheadRow", "Row", "Variant", "bench_overhead", "bench_size", "deviation", "make_variants", "psnr_db"]
+__all__ = [
+    "OverheadRow",
+    "Row",
+    "SeededGlobalRng",
+    "Variant",
+    "bench_overhead",
+    "bench_size",
+    "deviation",
+    "hook_count",
+    "make_variants",
+    "noop",
+    "psnr_db",
+    "run_step",
+]
 
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def rss_bytes() -> int | None:
-    """Current resident set size from /proc (Linux); None elsewhere."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def _malloc_trim() -> None:
-    """Give freed heap memory back to the OS (glibc) so RSS before a run is close to live memory."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-class RssSampler:
-    """Peak RSS growth over a block, sampled from /proc/self/statm every `interval` s by a thread.
-
-    An estimate: short-lived peaks between samples are missed and allocator caching blurs it, but large
-    tensors (attention maps, activations) are mmap'ed by glibc and show up. `peak` is None off Linux.
-    """
-
-    def __init__(self, interval: float = 0.001) -> None:
-        self.interval = interval
-        self.peak: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> RssSampler:
-        gc.collect()
-        _malloc_trim()
-        self._base = rss_bytes()
-        if self._base is not None:
-            self._max = self._base
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            rss = rss_bytes()
-            if rss is not None and rss > self._max:
-                self._max = rss
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._thread.join()
-        rss = rss_bytes()
-        self.peak = max(self._max, rss or 0) - self._base
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def run_step(
-    unet: nn.Module, inputs: tuple[tuple[Any, ...], dict[str, Any]], device: torch.device, *, sample_rss: bool
+    unet: nn.Module,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    device: torch.device,
+    *,
+    sample_rss: bool,
+    clock_name: str = "wall",
 ) -> tuple[float, torch.Tensor, int | None]:
     """One timed UNet call: (seconds, output as float32 on CPU, peak memory growth in bytes or None)."""
     args, kwargs = inputs
-    mem: int | None = None
-    sampler = RssSampler() if sample_rss else None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    gc.disable()  # no collection pause inside the timed call
-    try:
-        with torch.inference_mode():
-            if sampler is not None:
-                sampler.__enter__()
-            try:
-                _sync(device)
-                start = time.perf_counter()
-                out = unet(*args, **kwargs, return_dict=False)[0]
-                _sync(device)
-                seconds = time.perf_counter() - start
-            finally:
-                if sampler is not None:
-                    sampler.__exit__(None, None, None)
-    finally:
-        gc.enable()
-    if device.type == "cuda":
-        mem = torch.cuda.max_memory_allocated(device) - before
-    elif sampler is not None:
-        mem = sampler.peak
+    seconds, out, mem = timed_call(
+        lambda: unet(*args, **kwargs, return_dict=False)[0], device, clock_name=clock_name, sample_rss=sample_rss
+    )
     return seconds, out.detach().float().cpu(), mem
 
 
@@ -140,7 +74,8 @@ def psnr_db(out: torch.Tensor, base: torch.Tensor) -> float | None:
     return 10.0 * math.log10(max(peak, 1e-30) ** 2 / mse)
 
 
-def _hook_count(model: nn.Module) -> int:
+def hook_count(model: nn.Module) -> int:
+    """Forward, pre-forward and backward hooks on `model` and every submodule: a removal must bring it back."""
     return sum(
         len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + len(m._forward_hooks_with_kwargs)
         for m in model.modules()
@@ -172,7 +107,8 @@ class Variant:
         return self.kind if self.ratio is None else f"{self.kind} r={self.ratio:g}"
 
 
-def _noop(unet: nn.Module) -> None:
+def noop(model: Any) -> None:
+    """The baseline's apply and remove: nothing."""
     return None
 
 
@@ -189,22 +125,13 @@ def load_tomesd() -> tuple[Any | None, str]:
     return module, version
 
 
-def preset_names() -> list[str] | None:
-    """Names of the core's presets (`tome_core.presets()`), or None when this tome_core has no preset API."""
-    tome_core = importlib.import_module("tome_core")
-    presets = getattr(tome_core, "presets", None)
-    if presets is None:
-        return None
-    return [p.name for p in presets()]
-
-
 def preset_variant_name(name: str) -> str:
-    return f"ours:preset={name}"
+    return f"{PRESET_PREFIX}{name}"
 
 
 def _first_attention_level(unet: nn.Module) -> int:
     """Downsampling (1, 2, 4, ...) of the shallowest transformer block, read the way the core reads it."""
-    return min(level for _, level in _structural_levels(unet))
+    return min(tome_core.blocks_per_level(unet))
 
 
 def tomesd_max_downsample(opts: Options, unet: nn.Module) -> int:
@@ -216,8 +143,7 @@ def tomesd_max_downsample(opts: Options, unet: nn.Module) -> int:
 
 def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
     """baseline; at every ratio ours, each --ours configuration and tomesd; then each --presets preset once."""
-    variants = [Variant("baseline", None, _noop, _noop)]
-    tome_core = importlib.import_module("tome_core")
+    variants = [Variant("baseline", None, noop, noop)]
     base_cfg = TomeConfig.from_dict(opts.ours_fields)
     tomesd_md = tomesd_max_downsample(opts, unet)
     ours = [("ours", base_cfg)] if "ours" in opts.variants else []
@@ -227,13 +153,13 @@ def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Va
             cfg = ours_cfg.replace(ratio=r)
             variants.append(Variant(kind, r, lambda u, cfg=cfg: tome_core.apply_patch(u, cfg), tome_core.remove_patch))
         if "tomesd" in opts.variants and tomesd is not None:
-            rng = _SeededGlobalRng(opts.seed, opts.device)
+            rng = SeededGlobalRng(opts.seed, opts.device)
 
-            def apply_tomesd(u: nn.Module, r: float = r, rng: _SeededGlobalRng = rng) -> None:
+            def apply_tomesd(u: nn.Module, r: float = r, rng: SeededGlobalRng = rng) -> None:
                 rng.enter()
                 tomesd.apply_patch(u, ratio=r, max_downsample=tomesd_md)
 
-            def remove_tomesd(u: nn.Module, rng: _SeededGlobalRng = rng) -> None:
+            def remove_tomesd(u: nn.Module, rng: SeededGlobalRng = rng) -> None:
                 tomesd.remove_patch(u)
                 rng.exit()
 
@@ -250,7 +176,7 @@ def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Va
     return variants
 
 
-class _SeededGlobalRng:
+class SeededGlobalRng:
     """tomesd forks the global RNG on its first call: seed it for reproducible partitions, then restore it.
 
     The caller's global RNG state is saved on `enter` and put back on `exit`, so running the benchmark
@@ -383,7 +309,7 @@ def bench_size(
         for kind in kinds
     }
     variants = make_variants(opts, unet, tomesd)
-    hooks0, classes0 = _hook_count(unet), _class_names(unet)
+    hooks0, classes0 = hook_count(unet), _class_names(unet)
     sample_rss = opts.device.type == "cpu"
     base = variants[0]
     restore_ok = True
@@ -406,7 +332,9 @@ def bench_size(
                 continue
             try:
                 v.apply(unet)
-                seconds, out, mem = run_step(unet, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0)
+                seconds, out, mem = run_step(
+                    unet, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                )
             except Exception as exc:  # a failing comparison must not stop the benchmark
                 if v.kind == "baseline":
                     raise
@@ -417,7 +345,7 @@ def bench_size(
             progress.update(1)
             if v.error is not None:
                 continue
-            if _hook_count(unet) != hooks0 or _class_names(unet) != classes0:
+            if hook_count(unet) != hooks0 or _class_names(unet) != classes0:
                 restore_ok = False
                 checks.append((False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal"))
             diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
@@ -452,13 +380,12 @@ def bench_ops(
     """aten operations each variant's patch adds per block that merged, at one size: variant label -> counts.
 
     (ops of one patched UNet call - ops of the unpatched call) / blocks that merged, counted by
-    `tome_core.bench.ops.count_ops` in kinds: total, kernel-launching, views and host syncs. Blocks that merged:
+    `tome_bench.ops.count_ops` in kinds: total, kernel-launching, views and host syncs. Blocks that merged:
     ours `tome_core.stats(unet).applied` after `reset_stats`; tomesd the transformer blocks at the levels its
     max_downsample reaches (it patches every block, merges in those). Counted on the second patched call, the
     steady state of every later step (the first builds the per-grid index tables once). The counts do not depend on
     the size, only on which blocks merge.
     """
-    tome_core = importlib.import_module("tome_core")
     height, width = size
     args, kwargs = archs.make_inputs(
         spec, height, width, dtype=opts.dtype, device=opts.device, seed=opts.seed, timestep=opts.timestep
@@ -468,7 +395,8 @@ def bench_ops(
         return unet(*args, **kwargs, return_dict=False)
 
     base, _ = ops.count_ops(call)
-    tomesd_blocks = sum(1 for _, level in _structural_levels(unet) if level <= tomesd_max_downsample(opts, unet))
+    tomesd_md = tomesd_max_downsample(opts, unet)
+    tomesd_blocks = sum(n for level, n in tome_core.blocks_per_level(unet).items() if level <= tomesd_md)
     out: dict[str, dict[str, float]] = {}
     for v in make_variants(opts, unet, tomesd)[1:]:
         v.apply(unet)
@@ -501,11 +429,8 @@ def bench_overhead(
     Times ours with local and global matching against tomesd's `bipartite_soft_matching_random2d` on a random
     tensor shaped like that block's input; the attention itself is not part of it.
     """
-    from tome_core.merge import bipartite_soft_matching_random2d
-
-    blocks = _structural_levels(unet)
     level = _first_attention_level(unet)
-    channels = next(b for b, lv in blocks if lv == level).norm1.normalized_shape[0]
+    channels = next(b for b, lv in tome_core.transformer_blocks(unet) if lv == level).norm1.normalized_shape[0]
     height, width = size
     h, w = height // 8 // level, width // 8 // level
     gen = torch.Generator(device="cpu").manual_seed(opts.seed)
@@ -533,14 +458,11 @@ def bench_overhead(
 
             fns["tomesd"] = run_ref
         times: dict[str, list[float]] = {k: [] for k in fns}
-        for rep in range(1 + max(3, opts.repeats)):
+        for rep in range(1 + max(3, opts.repeats)):  # the first round is a warm-up
             for name, fn in fns.items():
-                _sync(opts.device)
-                start = time.perf_counter()
-                fn()
-                _sync(opts.device)
+                seconds, _, _ = timed_call(fn, opts.device, clock_name=opts.clock)
                 if rep:
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(seconds)
         ms = {k: statistics.median(v) * 1000 for k, v in times.items()}
         rows.append(OverheadRow(spec.name, size_label(size), level, h * w, channels, ratio, ms))
     return rows
