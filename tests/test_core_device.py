@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any
 
 import pytest
@@ -72,7 +71,7 @@ class _Recorder(TorchDispatchMode):
 
 def _key(timestep: Any, device: str = "cpu") -> torch.Tensor:
     """The partition key the patch derives for `timestep` on `device` (a fresh call: nothing cached)."""
-    return patch._timestep_key(types.SimpleNamespace(timestep=timestep, key=None), torch.device(device))
+    return patch.timestep_key(timestep, torch.device(device))
 
 
 def _exact(value: float, dtype: torch.dtype) -> bool:

@@ -1,10 +1,12 @@
-"""Against a running WebUI (A1111 1.10, Forge 2, reForge, Forge Classic) with the extension installed.
+"""Against a running WebUI (A1111 1.10, Forge 2, reForge, Forge Classic, SD.Next) with the extension installed.
 
 Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set. Environment:
 
     TOME_WEBUI_URL       the server, e.g. http://127.0.0.1:7860 (started with --api)
     TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
-                         requests and answers HTTP 500 to any `infotext` request field (a host bug)
+                         requests and answers HTTP 500 to any `infotext` request field (a host bug); or "sdnext":
+                         128 px, a latent hires upscaler with a resize mode, its built-in is `token_merging_method`
+                         plus `tome_ratio` (infotext `ToMe: <ratio>`), its API has no `infotext` request field
     TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off): also the
                          model family the speed presets must resolve for ("sd" for SD1.x/SD2.x checkpoints)
     TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)
@@ -36,7 +38,7 @@ pytestmark = [
 URL = os.environ.get("TOME_WEBUI_URL", "").rstrip("/")
 HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
 ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
-SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (64, 3)
+SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (128, 3) if HOST == "sdnext" else (64, 3)
 FAMILY = "sdxl" if ARCH == "sdxl" else "sd"
 
 
@@ -66,7 +68,7 @@ def hires(**extra: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "enable_hr": True,
         "hr_scale": 1.5,
-        "hr_upscaler": "Latent",
+        "hr_upscaler": "Latent Nearest" if HOST == "sdnext" else "Latent",
         "denoising_strength": 0.5,
         "hr_second_pass_steps": 2,
         "hr_sampler_name": "Euler a",
@@ -74,6 +76,8 @@ def hires(**extra: Any) -> dict[str, Any]:
     if HOST == "forge":
         fields["hr_additional_modules"] = ["Use same choices"]
         fields["hr_cfg"] = 7.0
+    if HOST == "sdnext":
+        fields["hr_resize_mode"] = 1  # SD.Next's 0 runs the second pass without the upscale
     return {**fields, **extra}
 
 
@@ -83,7 +87,7 @@ def post(path: str, body: dict[str, Any], *, name: str | None = None) -> tuple[i
     )
     try:
         with urllib.request.urlopen(request, timeout=900) as response:
-            status, payload = response.status, json.loads(response.read())
+            status, payload = response.status, json.loads(response.read() or b"{}")  # SD.Next's interrupt: 204
     except urllib.error.HTTPError as error:
         status, payload = error.code, json.loads(error.read() or b"{}")
     evidence = os.environ.get("TOME_WEBUI_EVIDENCE")
@@ -203,8 +207,16 @@ def test_bad_input_is_refused_with_422(args: list[Any], needle: str) -> None:
     assert needle in json.dumps(payload)
 
 
+#: The host's built-in token merging at ratio 0.5 (`override_settings`), what its infotext writes, and its key.
+BUILTIN, BUILTIN_WRITTEN, BUILTIN_KEY = (
+    ({"token_merging_method": "ToMe", "tome_ratio": 0.5}, "ToMe: 0.5", "ToMe: ")
+    if HOST == "sdnext"
+    else ({"token_merging_ratio": 0.5}, "Token merging ratio: 0.5", "Token merging ratio")
+)
+
+
 def test_builtin_is_switched_off_while_ours_runs() -> None:
-    builtin = overrides(token_merging_ratio=0.5)
+    builtin = overrides(**BUILTIN)
     status, payload = post(
         "/sdapi/v1/txt2img",
         plain_request(override_settings=builtin, alwayson_scripts=tome(True, 0.3)),
@@ -213,14 +225,16 @@ def test_builtin_is_switched_off_while_ours_runs() -> None:
     assert status == 200, payload
     extra = extra_params(payload)
     assert extra["ToMe builtin"] == "disabled" and "ToMe note" not in extra
-    assert "Token merging ratio" not in info_of(payload)["infotexts"][0]
+    assert BUILTIN_KEY not in info_of(payload)["infotexts"][0]
     status, alone = post("/sdapi/v1/txt2img", plain_request(override_settings=builtin))
-    assert status == 200 and "Token merging ratio: 0.5" in info_of(alone)["infotexts"][0]  # as without ours
+    assert status == 200 and BUILTIN_WRITTEN in info_of(alone)["infotexts"][0]  # as without ours
 
 
 def test_paste_through_the_api_infotext_field() -> None:
     if HOST == "forge":
         pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
+    if HOST == "sdnext":
+        pytest.skip("SD.Next's API has no `infotext` request field (modules/api/models.py)")
     status, source = post(
         "/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.6, "auto", 2, 2, False)), name="source"
     )
@@ -332,6 +346,8 @@ def test_bad_preset_is_refused_with_422() -> None:
 def test_preset_pastes_back_through_the_api_infotext_field(with_hires: bool) -> None:
     if HOST == "forge":
         pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
+    if HOST == "sdnext":
+        pytest.skip("SD.Next's API has no `infotext` request field (modules/api/models.py)")
     extra_fields = hires() if with_hires else {}
     args = [{"preset": "fast", "hires": {"preset": "fastest"}}] if with_hires else [{"preset": "fast"}]
     status, source = post(

@@ -481,23 +481,28 @@ def _timestep_value(timestep: Any) -> float:
     return float(timestep)
 
 
-def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
-    """[1] int64 on `device`: the call's (first) timestep x 1000, truncated; derived on the device, never read back.
+def timestep_key(timestep: Any, device: torch.device) -> torch.Tensor:
+    """[1] int64 on `device`: the (first) timestep x 1000, truncated; derived on the device, never read back.
 
-    One value gives one key whatever the timestep's dtype: it is widened to float32 before scaling (x 1000 in
-    fp16 overflows past a timestep of 65.5, in bf16 it rounds). float32 holds every fp16 and bf16 value and every
-    integer below 2**24 exactly and rounds the product the same on every device; float64 would not run on MPS.
-    A value a dtype cannot hold is rounded by whoever made the tensor (bf16 makes 999 into 1000), and keys as
-    that value. A host timestep is copied without blocking: a blocking copy would wait for the device's stream.
+    The key picks a step's random partitions. One value gives one key whatever the timestep's dtype: it is widened
+    to float32 before scaling (x 1000 in fp16 overflows past a timestep of 65.5, in bf16 it rounds). float32 holds
+    every fp16 and bf16 value and every integer below 2**24 exactly and rounds the product the same on every
+    device; float64 would not run on MPS. A value a dtype cannot hold is rounded by whoever made the tensor (bf16
+    makes 999 into 1000), and keys as that value. A host timestep is copied without blocking: a blocking copy would
+    wait for the device's stream. A Python number (or None: 0) is filled on the device, with no copy at all.
     """
+    if isinstance(timestep, torch.Tensor) and timestep.numel():
+        wide = timestep.reshape(-1)[:1].to(device, torch.float32, non_blocking=True)
+    else:
+        value = 0.0 if timestep is None or isinstance(timestep, torch.Tensor) else float(timestep)
+        wide = torch.full((1,), value, dtype=torch.float32, device=device)
+    return (wide * 1000).long()  # not in place: `wide` may be the caller's own tensor
+
+
+def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
+    """`timestep_key` of the call's timestep, derived once per call and device."""
     if state.key is None or state.key.device != device:
-        t = state.timestep
-        if isinstance(t, torch.Tensor) and t.numel():
-            wide = t.reshape(-1)[:1].to(device, torch.float32, non_blocking=True)
-        else:
-            value = 0.0 if t is None or isinstance(t, torch.Tensor) else float(t)
-            wide = torch.full((1,), value, dtype=torch.float32, device=device)  # a fill: no copy at all
-        state.key = (wide * 1000).long()  # not in place: `wide` may be the caller's own tensor
+        state.key = timestep_key(state.timestep, device)
     return state.key
 
 
