@@ -198,7 +198,8 @@ def test_comfyuis_builtin_tomesd_is_skipped_and_ours_runs_alone(sd: ModelPatcher
         return n.repeat_interleave(2, 1)
 
     for fn in (builtin_m, builtin_u):
-        fn.__module__ = "comfy_extras.nodes_tomesd"
+        # ComfyUI's load_custom_node names a comfy_extras file's module by its path without extension.
+        fn.__module__ = "/opt/ComfyUI/comfy_extras/nodes_tomesd"
     with_builtin = sd.clone()
     with_builtin.set_model_attn1_patch(builtin_m)
     with_builtin.set_model_attn1_output_patch(builtin_u)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,8 +37,18 @@ log = logging.getLogger("tome")
 OUTER_SAMPLE = "outer_sample"
 #: The key our wrapper is stored under on a `ModelPatcher` (one ToMe per model: a later node replaces it).
 WRAPPER_KEY = "tome_sd"
-#: Where ComfyUI's built-in token merging node (TomePatchModel) defines its attn1 patches.
-BUILTIN_MODULE = "comfy_extras.nodes_tomesd"
+#: Where ComfyUI's built-in token merging node (TomePatchModel) defines its attn1 patches. ComfyUI loads
+#: comfy_extras files under their path without extension as the module name ("/.../comfy_extras/nodes_tomesd"),
+#: so the patch functions' `__module__` is matched on its last two parts, whatever the separator.
+BUILTIN_MODULE = ("comfy_extras", "nodes_tomesd")
+
+
+def is_builtin_tomesd(func: Any) -> bool:
+    """Whether an attn1 patch function comes from ComfyUI's TomePatchModel (by its defining module)."""
+    parts = re.split(r"[./\\]", getattr(func, "__module__", None) or "")
+    return tuple(parts[-2:]) == BUILTIN_MODULE
+
+
 #: ComfyUI model config classes (`comfy.supported_models`) per preset family; subclasses (SSD-1B, Vega, KOALA,
 #: instruct-pix2pix) are found through the class's MRO. Other configs fall back to the UNet's structure.
 FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
@@ -171,7 +182,7 @@ def drop_builtin_tomesd(model_options: dict[str, Any]) -> int:
         funcs = patches.get(name)
         if not funcs:
             continue
-        kept = [f for f in funcs if getattr(f, "__module__", "") != BUILTIN_MODULE]
+        kept = [f for f in funcs if not is_builtin_tomesd(f)]
         removed += len(funcs) - len(kept)
         # The guider's copy of the options, never the model's own. An empty list must go: its mere key makes
         # ComfyUI's block pass keys/values to attn1 explicitly, another attention path than without patches.

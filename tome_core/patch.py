@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import weakref
 import zlib
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,11 +222,8 @@ def model_family(model: Any) -> str:
     return "sdxl" if min(level for _, level in blocks) >= 2 else "sd"
 
 
-def _auto_levels(blocks: list[tuple[nn.Module, int]]) -> frozenset[int]:
-    counts: dict[int, int] = {}
-    for _, level in blocks:
-        counts[level] = counts.get(level, 0) + 1
-    return auto_levels(counts)
+def _level_counts(blocks: list[tuple[nn.Module, int]]) -> dict[int, int]:
+    return dict(Counter(level for _, level in blocks))
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -261,7 +259,7 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     config.warn_if_capped()
 
     remove_patch(model)
-    state = _State(config=config, auto_levels=_auto_levels(blocks))
+    state = _State(config=config, auto_levels=auto_levels(_level_counts(blocks)))
     state.block_levels = frozenset(level for _, level in blocks)
     state.total = len(blocks)
     if hasattr(getattr(model, "scheduler", None), "timesteps"):
@@ -359,10 +357,7 @@ def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:
 
 def blocks_per_level(model: Any) -> dict[int, int]:
     """Transformer blocks per downsampling level of `model`'s UNet (1: the full latent, 2: half, ...)."""
-    counts: dict[int, int] = {}
-    for _, level in _structural_levels(find_unet(model)):
-        counts[level] = counts.get(level, 0) + 1
-    return counts
+    return _level_counts(transformer_blocks(model))
 
 
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:

@@ -57,11 +57,11 @@ class Preset:
         return TomeConfig(**self.families[family])
 
 
-# SD1/SD2: self-attention attends to keys/values pooled over cells (kv) down to level 4; the feed-forward merges
-# only in the level-4 blocks (level 1's feed-forward holds the finest detail: merging it at 0.3 gave a deviation of
-# 0.11 per call, five times Balanced's).
+# SD1/SD2: self-attention attends to keys/values pooled over cells (kv) down to level 4. Past that, speed comes from
+# the feed-forward: merged in the level-4 blocks, then also level 2; level 1's holds the finest detail, so only
+# Fastest merges it. At 512 px SD1.5's attention is a small part of a step, which keeps its ladder short.
 _SD_KV = {"mode": "kv", "max_downsample": 4}
-_SD_MLP = {**_SD_KV, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True}
+_SD_MLP = {**_SD_KV, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "mlp_ratio": 0.5, "share_plan": True}
 # SDXL: the feed-forward (45% of a step) merges only in the level-4 blocks: in the ten level-2 blocks it made most
 # of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation.
 _SDXL_MLP = {"mode": "kv", "merge_crossattn": True, "merge_mlp": True, "mlp_min_downsample": 4, "share_plan": True}
@@ -73,27 +73,30 @@ _PRESETS: tuple[Preset, ...] = (
     Preset(
         "quality",
         "Quality",
-        "Smallest change to the image: self-attention on keys/values pooled 2x2, every query kept.",
+        "Smallest change to the image: self-attention attends to keys/values pooled 2x2, every query kept.",
         families=_frozen({"sd": _frozen(_SD_KV), "sdxl": _frozen({"mode": "kv"})}),
         measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
     Preset(
         "balanced",
         "Balanced",
-        "The default. SD1/SD2: keys/values pooled 4x4. SDXL: keys/values pooled, cross-attention merged, the"
-        " deepest blocks' feed-forward at 0.3.",
+        "The default. Keys/values pooled (4x4 on SD1/SD2), cross-attention merged, the deepest blocks'"
+        " feed-forward merged (SD1/SD2 at 0.5, SDXL at 0.3).",
         families=_frozen(
-            {"sd": _frozen({**_SD_KV, "sx": 4, "sy": 4}), "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.3})}
+            {
+                "sd": _frozen({**_SD_MLP, "mlp_min_downsample": 4}),
+                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.3}),
+            }
         ),
         measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
     ),
     Preset(
         "fast",
         "Fast",
-        "Faster: as Balanced, plus cross-attention and the deepest blocks' feed-forward merged at half the tokens.",
+        "Faster: the feed-forward merged at half the tokens, on SD1/SD2 also in the level-2 blocks.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5, "mlp_min_downsample": 4}),
+                "sd": _frozen({**_SD_MLP, "mlp_min_downsample": 2}),
                 "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.5}),
             }
         ),
@@ -102,11 +105,21 @@ _PRESETS: tuple[Preset, ...] = (
     Preset(
         "fastest",
         "Fastest",
-        "The most speed, softer detail: the feed-forward merged in more blocks (SD1/SD2) or at a higher ratio (SDXL).",
+        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.7 of the tokens for attention and 0.3"
+        " for the feed-forward everywhere; SDXL pools keys/values 4x4 and merges the deepest feed-forward at 0.8.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5, "mlp_min_downsample": 2}),
-                "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "mlp_ratio": 0.7}),
+                "sd": _frozen(
+                    {
+                        "ratio": 0.7,
+                        "max_downsample": 4,
+                        "merge_crossattn": True,
+                        "merge_mlp": True,
+                        "mlp_ratio": 0.3,
+                        "share_plan": True,
+                    }
+                ),
+                "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "ratio": 0.7, "mlp_ratio": 0.8}),
             }
         ),
         measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
