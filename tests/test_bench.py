@@ -176,9 +176,10 @@ def test_full_and_quick_exclude_each_other(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_cuda_defaults_to_the_full_matrix_and_takes_the_gpu_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented GPU command (--help, docs/benchmarks.md): SD1.5 and SDXL at 1024 and 2048 px, ours in merge
-    and kv mode, and tomesd. Option parsing only (no GPU here): torch.cuda.is_available is faked."""
-    assert cli.GPU_COMMAND in BENCH_DOC.read_text()
+    """The documented GPU commands (--help, docs/benchmarks.md): SD1.5 and SDXL at 1024 and 2048 px, ours in merge
+    and kv mode and at every preset, and tomesd; then whole generations of every preset and peer. Option parsing
+    only (no GPU here): torch.cuda.is_available is faked."""
+    assert cli.GPU_COMMAND in BENCH_DOC.read_text() and cli.GPU_GEN_COMMAND in BENCH_DOC.read_text()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     prog, argv = shlex.split(cli.GPU_COMMAND)[:3], shlex.split(cli.GPU_COMMAND)[3:]
     assert prog == ["python", "-m", "tome_bench"]
@@ -188,6 +189,10 @@ def test_cuda_defaults_to_the_full_matrix_and_takes_the_gpu_command(monkeypatch:
     assert (opts.ratios, opts.repeats, opts.warmup) == ([0.3, 0.5, 0.7], 3, 1)
     assert opts.variants == ["baseline", "ours", "tomesd"]
     assert opts.ours_fields == {} and opts.extra_ours == [("ours:kv", {"mode": "kv"})]
+    assert opts.presets == [p.name for p in tome_core.presets()]
+    gen = cli.parse_options(shlex.split(cli.GPU_GEN_COMMAND)[3:])
+    assert (gen.steps, gen.dtype, gen.sizes) == (20, torch.float16, [(1024, 1024), (2048, 2048)])
+    assert gen.presets == opts.presets and [a.name for a in gen.arches] == ["sd15", "sdxl"]
     assert cli.parse_options(["--device", "cuda"]).dtype == torch.float16
     assert _matrix(cli.parse_options(["--device", "cuda", "--quick"])) == ([(256, 256)], [0.5], 1, 1)
 
@@ -200,7 +205,7 @@ def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None
     assert "Default matrix on cpu: sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
     assert "--full the full matrix: sizes 512,1024 px, ratios 0.3,0.5,0.7, 3 timed runs after 1 warm-up round" in text
     assert "--repeats REPEATS timed runs per variant (default 3 on cpu, 3 on cuda and with --full, 1 with" in text
-    assert cli.GPU_COMMAND in text
+    assert cli.GPU_COMMAND in text and cli.GPU_GEN_COMMAND in text
 
 
 def _modules_after(statement: str) -> list[str]:

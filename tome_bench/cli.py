@@ -59,9 +59,16 @@ DEFAULT_MATRIX = Matrix(sizes="512,1024", ratios="0.5", repeats=3, warmup=0)
 FULL_MATRIX = Matrix(sizes="512,1024", ratios="0.3,0.5,0.7", repeats=3, warmup=1)
 #: --quick: a smoke test of the whole pipeline.
 QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=1)
-#: The GPU run: SD1.5 and SDXL at 1024 and 2048 px, ours in merge mode (the default) and in kv mode, and tomesd,
-#: over the full matrix's ratios and repeats (shown by --help and docs/benchmarks.md).
-GPU_COMMAND = "python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv"
+#: The GPU run: SD1.5 and SDXL at 1024 and 2048 px, ours in merge mode (the default), in kv mode and at every
+#: preset, and tomesd, over the full matrix's ratios and repeats (shown by --help and docs/benchmarks.md).
+GPU_COMMAND = (
+    "python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --presets all --ours kv:mode=kv"
+)
+#: Its whole-generation counterpart: every preset and every peer, 20 Euler steps, at the same sizes.
+GPU_GEN_COMMAND = (
+    "python -m tome_bench --device cuda --dtype fp16 --steps 20 --arch sd15,sdxl --sizes 1024,2048 --presets all"
+    " --peers all --out bench-out/gen-gpu"
+)
 #: --steps N (whole generations) on any device: SD1.5 at 512 px, ratio 0.5, three timed generations per variant.
 GEN_MATRIX = Matrix(sizes="512", ratios="0.5", repeats=3, warmup=0)
 #: --steps N --full: 512 and 768 px, three ratios, a warm-up generation of every variant.
@@ -186,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         " With --steps N: whole generations of a diffusers pipeline instead of one call, side by side with --peers;"
         f" matrix {GEN_MATRIX.describe(generation=True)} (--full: {GEN_FULL_MATRIX.describe(generation=True)};"
         f" --quick: {GEN_QUICK_MATRIX.describe(generation=True)}).",
-        epilog=f"GPU run of SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode and tomesd: {GPU_COMMAND}."
+        epilog=f"GPU run of SD1.5 and SDXL at 1024 and 2048 px, ours in merge and kv mode and at every preset, and"
+        f" tomesd: {GPU_COMMAND}; whole generations: {GPU_GEN_COMMAND}."
         f" Whole-generation comparison (make bench-gen): {GEN_COMMANDS[0]}; {GEN_COMMANDS[1]}",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

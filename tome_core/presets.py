@@ -57,17 +57,26 @@ class Preset:
         return TomeConfig(**self.families[family])
 
 
-# SD1/SD2: self-attention attends to keys/values pooled over cells (kv) down to level 4. Past that, speed comes from
-# the feed-forward: merged in the level-4 blocks, then also level 2; level 1's holds the finest detail, so only
-# Fastest merges it. At 512 px SD1.5's attention is a small part of a step, which keeps its ladder short.
+# SD1/SD2: Quality pools self-attention's keys/values (kv) down to level 4. Balanced adds the feed-forward at half the
+# tokens in the level-2 and level-4 blocks, with 4x4 pools and cross-attention merged; Fast and Fastest merge whole
+# blocks (ToMe) down to level 4 with the feed-forward everywhere, level 1's included, where the finest detail is.
 _SD_KV = {"mode": "kv", "max_downsample": 4}
-_SD_MLP = {**_SD_KV, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "mlp_ratio": 0.5, "share_plan": True}
+_SD_MLP = {
+    **_SD_KV,
+    "sx": 4,
+    "sy": 4,
+    "merge_crossattn": True,
+    "merge_mlp": True,
+    "mlp_min_downsample": 2,
+    "share_plan": True,
+}
+_SD_MERGE = {"max_downsample": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True}
 # SDXL: the feed-forward (45% of a step) merges only in the level-4 blocks: in the ten level-2 blocks it made most
 # of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation.
 _SDXL_MLP = {"mode": "kv", "merge_crossattn": True, "merge_mlp": True, "mlp_min_downsample": 4, "share_plan": True}
 
-_SD_RUN = "SD1.5 512 px, 10 Euler steps (2026-11-24)"
-_SDXL_RUN = "SDXL 768 px, 4 Euler steps (2026-11-24)"
+_SD_RUN = "SD1.5 512 px, 10 Euler steps, CPU (2026-11-24)"
+_SDXL_RUN = "SDXL 768 px, 4 Euler steps, CPU (2026-11-24)"
 
 _PRESETS: tuple[Preset, ...] = (
     Preset(
@@ -75,54 +84,53 @@ _PRESETS: tuple[Preset, ...] = (
         "Quality",
         "Smallest change to the image: self-attention attends to keys/values pooled 2x2, every query kept.",
         families=_frozen({"sd": _frozen(_SD_KV), "sdxl": _frozen({"mode": "kv"})}),
-        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
+        measured=_frozen(
+            {"sd": Measured(1.3, 0.0047, 0.0018, _SD_RUN), "sdxl": Measured(1.14, 0.0046, 0.0033, _SDXL_RUN)}
+        ),
     ),
     Preset(
         "balanced",
         "Balanced",
-        "The default. Keys/values pooled (4x4 on SD1/SD2), cross-attention merged, the deepest blocks'"
-        " feed-forward merged (SD1/SD2 at 0.5, SDXL at 0.3).",
+        "The default. Keys/values pooled (4x4 on SD1/SD2), cross-attention merged, the feed-forward merged"
+        " (SD1/SD2: at 0.5 in the level-2 and level-4 blocks; SDXL: at 0.3 in the level-4 blocks).",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MLP, "mlp_min_downsample": 4}),
+                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5}),
                 "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.3}),
             }
         ),
-        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
+        measured=_frozen(
+            {"sd": Measured(1.55, 0.032, 0.0244, _SD_RUN), "sdxl": Measured(1.4, 0.0294, 0.0243, _SDXL_RUN)}
+        ),
     ),
     Preset(
         "fast",
         "Fast",
-        "Faster: the feed-forward merged at half the tokens, on SD1/SD2 also in the level-2 blocks.",
+        "Faster: as Balanced, the feed-forward merged at 0.7 (SD1/SD2) or 0.5 (SDXL).",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MLP, "mlp_min_downsample": 2}),
+                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.7}),
                 "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.5}),
             }
         ),
-        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
+        measured=_frozen(
+            {"sd": Measured(1.66, 0.0332, 0.026, _SD_RUN), "sdxl": Measured(1.6, 0.0369, 0.0304, _SDXL_RUN)}
+        ),
     ),
     Preset(
         "fastest",
         "Fastest",
-        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.7 of the tokens for attention and 0.3"
-        " for the feed-forward everywhere; SDXL pools keys/values 4x4 and merges the deepest feed-forward at 0.8.",
+        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.75 of the tokens for whole blocks (ToMe)"
+        " down to level 4; SDXL pools keys/values 4x4 and merges the level-4 feed-forward at 0.8.",
         families=_frozen(
             {
-                "sd": _frozen(
-                    {
-                        "ratio": 0.7,
-                        "max_downsample": 4,
-                        "merge_crossattn": True,
-                        "merge_mlp": True,
-                        "mlp_ratio": 0.3,
-                        "share_plan": True,
-                    }
-                ),
+                "sd": _frozen({**_SD_MERGE, "ratio": 0.75, "mlp_ratio": 0.75}),
                 "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "ratio": 0.7, "mlp_ratio": 0.8}),
             }
         ),
-        measured=_frozen({"sd": Measured(0, 0, 0, _SD_RUN), "sdxl": Measured(0, 0, 0, _SDXL_RUN)}),
+        measured=_frozen(
+            {"sd": Measured(1.86, 0.0602, 0.0434, _SD_RUN), "sdxl": Measured(2.17, 0.0451, 0.0404, _SDXL_RUN)}
+        ),
     ),
 )
 
