@@ -57,9 +57,10 @@ class Preset:
         return TomeConfig(**self.families[family])
 
 
-# SD1/SD2: Quality pools self-attention's keys/values (kv) down to level 4. Balanced adds the feed-forward at half the
-# tokens in the level-2 and level-4 blocks, with 4x4 pools and cross-attention merged; Fast and Fastest merge whole
-# blocks (ToMe) down to level 4 with the feed-forward everywhere, level 1's included, where the finest detail is.
+# SD1/SD2: Quality pools self-attention's keys/values (kv) down to level 4. Balanced and Fast add 4x4 pools,
+# cross-attention and the feed-forward merged in the level-2 and level-4 blocks (level 1's feed-forward, where the
+# finest detail is, cost more deviation than it gained); their feed-forward ratio is what trades speed for deviation.
+# Fastest merges whole blocks (ToMe) down to level 4, the feed-forward everywhere.
 _SD_KV = {"mode": "kv", "max_downsample": 4}
 _SD_MLP = {
     **_SD_KV,
