@@ -5,10 +5,11 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
     TOME_WEBUI_URL       the server, e.g. http://127.0.0.1:7860 (started with --api)
     TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
                          requests and answers HTTP 500 to any `infotext` request field (a host bug); or "sdnext":
-                         128 px, a latent hires upscaler with a resize mode, its built-in is `token_merging_method`
+                         a latent hires upscaler with a resize mode, its built-in is `token_merging_method`
                          plus `tome_ratio` (infotext `ToMe: <ratio>`), its API has no `infotext` request field
-    TOME_WEBUI_ARCH      "sd15" (default: 64 px, 3 steps) or "sdxl" (256 px, 2 steps, live previews off): also the
-                         model family the speed presets must resolve for ("sd" for SD1.x/SD2.x checkpoints)
+    TOME_WEBUI_ARCH      "sd15" (default: 128 px, 3 steps: the presets' 4x4 cells fit the level-4 grid) or "sdxl"
+                         (256 px, 2 steps, live previews off): also the model family the speed presets must
+                         resolve for ("sd" for SD1.x/SD2.x checkpoints)
     TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)
     TOME_WEBUI_BASELINE  optional: a PNG the same server made for `plain_request()` with the extension absent
                          (`extensions/` without it); ToMe off must give bitwise the same pixels
@@ -38,7 +39,7 @@ pytestmark = [
 URL = os.environ.get("TOME_WEBUI_URL", "").rstrip("/")
 HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
 ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
-SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (128, 3) if HOST == "sdnext" else (64, 3)
+SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (128, 3)
 FAMILY = "sdxl" if ARCH == "sdxl" else "sd"
 
 

@@ -73,7 +73,7 @@ def report(steps: int = 20, **changes: object) -> PassReport:
         (
             {"planned": 0, "reached": 0, "applied": 0},
             20,
-            "merged in 0 of 5 blocks (the ratio merges no token at this size)",
+            "merged in 0 of 5 blocks (the image is too small for the strides and ratio to merge a token)",
         ),
         ({"reached": 2, "applied": 2}, 20, "merged in 2 of 5 blocks (attention replaced by another extension)"),
         ({"applied": 4}, 20, "merged in 4 of 5 blocks (tokens changed by another extension before ToMe)"),

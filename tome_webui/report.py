@@ -58,7 +58,7 @@ def explain(report: PassReport) -> str | None:
         elif s.grid_misses:
             reasons.append("their token count did not fit the latent size")
         elif s.mode == "merge":
-            reasons.append("the ratio merges no token at this size")
+            reasons.append("the image is too small for the strides and ratio to merge a token")
         else:
             reasons.append("no token grid at this size")
     if s.reached < s.planned:

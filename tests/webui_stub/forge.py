@@ -348,13 +348,14 @@ class ForgeSampler:
     other_extension: Callable[[UnetPatcher], UnetPatcher] | None = None
     compiled: str | None = None
     fail_at: tuple[str, int] | None = None
+    latent: int = 8  # the first pass's latent side; the hires pass's is twice it
     records: list[Sampled] = field(default_factory=list)
 
     def sample(self, p: Any, pass_name: str, steps: int) -> torch.Tensor:
         engine = p.sd_model
         if self.other_extension is not None:
             engine.forge_objects.unet = self.other_extension(engine.forge_objects.unet)
-        size = 16 if pass_name == "hires" else 8
+        size = 2 * self.latent if pass_name == "hires" else self.latent
         g = torch.Generator().manual_seed(1234 + p.iteration)
         x = torch.randn(2, 4, size, size, generator=g)
         context = torch.randn(2, CONTEXT_TOKENS, CONTEXT_DIM, generator=g)

@@ -110,8 +110,10 @@ class FakeSampler:
         fail_at: tuple[str, int] | None = None,
         refiner: nn.Module | None = None,
         refiner_switch_at: int = 1,
+        latent: int = 8,
     ) -> None:
         self.webui = webui
+        self.latent = latent  # the first pass's latent side; the hires pass's is twice it
         self.run_unet = run_unet
         self.fail_at = fail_at
         self.refiner = refiner
@@ -120,7 +122,7 @@ class FakeSampler:
         self.outputs: list[Any] = []
 
     def sample(self, p: Any, pass_name: str, steps: int) -> Any:
-        size = 16 if pass_name == "hires" else 8  # the tiny UNets downsample 3 times
+        size = 2 * self.latent if pass_name == "hires" else self.latent  # the tiny UNets downsample 3 times
         inputs = tiny_models.make_inputs(batch=1, height=size, width=size, seed=7)
         out = None
         for step in range(steps):
