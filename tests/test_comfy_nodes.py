@@ -351,6 +351,62 @@ def test_root_init_is_cheap_and_exports_the_mappings() -> None:
     )
 
 
+#: Top-level names our checkout holds besides our own packages, which another custom node may import as its own.
+FOREIGN_NAMES = ("scripts", "install", "tests", "examples", "javascript", "docs")
+
+
+def test_root_init_shadows_no_module_and_leaves_sys_path_alone() -> None:
+    """ComfyUI loads many custom nodes into one process: after ours is imported (and has run a node, so its lazy
+    imports of tome_core have happened) `sys.path` must be as it was, and `import scripts` / `install` / `tests`
+    / `examples` must not find our folders. A stranger's `scripts` package placed on sys.path after the import
+    is the one `import scripts` gets."""
+    code = (
+        "import importlib.util, json, os, sys, tempfile\n"
+        "before = list(sys.path)\n"
+        f"root = {str(ROOT)!r}\n"
+        "spec = importlib.util.spec_from_file_location('custom_nodes_x_tome', os.path.join(root, '__init__.py'))\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module\n"
+        "spec.loader.exec_module(module)\n"
+        f"module.NODE_CLASS_MAPPINGS[{TOME_ADVANCED_NODE!r}].INPUT_TYPES()  # imports tome_core lazily\n"
+        "after = list(sys.path)\n"
+        "other = tempfile.mkdtemp()\n"
+        "os.makedirs(os.path.join(other, 'scripts'))\n"
+        "open(os.path.join(other, 'scripts', '__init__.py'), 'w').close()\n"
+        "sys.path.append(other)\n"
+        "import scripts\n"
+        "found = {}\n"
+        f"for name in {FOREIGN_NAMES!r}:\n"
+        "    spec = importlib.util.find_spec(name) if name != 'scripts' else scripts.__spec__\n"
+        "    found[name] = spec.origin or str(list(spec.submodule_search_locations or ())) if spec else None\n"
+        "ours = {n: os.path.dirname(os.path.abspath(sys.modules[n].__file__)) for n in ('tome_core', 'tome_comfy')}\n"
+        "print(json.dumps({'before': before, 'after': after, 'found': found, 'ours': ours, 'other': other}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["after"] == out["before"], "importing the node changed sys.path"
+    shadowed = {name: where for name, where in out["found"].items() if where and str(ROOT) in where}
+    assert not shadowed, f"modules resolved to our checkout: {shadowed}"
+    assert out["found"]["scripts"].startswith(out["other"])
+    assert out["ours"] == {"tome_core": str(ROOT / "tome_core"), "tome_comfy": str(ROOT / "tome_comfy")}
+
+
+def test_a_second_copy_of_our_packages_is_refused_by_name(tmp_path: Path) -> None:
+    """Two checkouts in custom_nodes: the second must fail to load, saying why, not run the first one's core."""
+    (tmp_path / "tome_core").mkdir()
+    (tmp_path / "tome_core" / "__init__.py").write_text("")
+    code = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r}); import tome_core; sys.path.pop(0)\n"
+        f"spec = importlib.util.spec_from_file_location('custom_nodes_x_tome', {str(ROOT / '__init__.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); sys.modules[spec.name] = module\n"
+        "spec.loader.exec_module(module)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
+    assert result.returncode != 0
+    assert f"another copy of tome_core is already loaded from {tmp_path / 'tome_core'}" in result.stderr
+
+
 def test_install_py_installs_nothing_when_comfyui_manager_runs_it() -> None:
     """ComfyUI-Manager runs `python install.py` in the node folder, with no WebUI `launch` module."""
     result = subprocess.run([sys.executable, "install.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
