@@ -8,8 +8,8 @@
 //
 // No timers: everything reacts to events. The page values are sent once an edit ends (a DOM `change`, an `input`
 // from a script, a ToMe control's gradio change while the user is not typing into it), so the server sees one
-// request per edit, not one per keystroke or slider step; and sent again when gradio dropped the last send
-// (see onNoteUpdate).
+// request per edit, not one per keystroke or slider step. At most one send per tab is on its way: an edit made
+// while it is out is sent once its answer is in (see send and onNoteUpdate), so the page settles after any clicks.
 //
 // The WebUI loads every extension's javascript/*.js as a classic script into one global scope, so everything here
 // lives in this IIFE and nothing is added to `window`. It uses only the WebUI globals gradioApp(), onUiLoaded()
@@ -108,12 +108,19 @@
         img2img: ['img2img_width', 'img2img_height']
     };
 
-    // How many times page values were sent, and the number of each tab's last send: part of the values, so that
-    // every send is a change gradio acts on, and echoed by the hint (`data-tome-send`) that answers it.
+    // How many times page values were sent (numbering every send, so that each is a change gradio acts on and the
+    // hint that answers it can say which: `data-tome-send`), and each tab's state: the values it sent last and their
+    // number, the last send its hint answered, whether an edit waits for that answer, and when the last send left.
     var sends = 0;
-    var lastSend = {};
+    var state = {};
+    TABS.forEach(function(tab) {
+        state[tab] = {values: null, sent: 0, answered: 0, waiting: false, sentAt: 0};
+    });
+    // A send whose answer has not come in this long is taken as lost (the server failed it, or gradio dropped it):
+    // the next edit is sent anyway. Checked when an edit comes, never by a timer.
+    var LOST_AFTER_MS = 10000;
 
-    // The values as tome_webui/ui.py's PageValues reads them.
+    // The values as tome_webui/ui.py's PageValues reads them (but the send number), as JSON.
     function pageValues(tab) {
         var values = {width: numberOf(tab + '_width'), height: numberOf(tab + '_height')};
         if (tab === 'txt2img') {
@@ -122,8 +129,6 @@
             values.hr_resize_x = numberOf('txt2img_hr_resize_x');
             values.hr_resize_y = numberOf('txt2img_hr_resize_y');
         }
-        sends += 1;
-        values.send = lastSend[tab] = sends;
         return JSON.stringify(values);
     }
 
@@ -133,22 +138,46 @@
     }
 
     // Hand the values to gradio: the change of the hidden textbox runs the note's handler with every ToMe control.
-    function sendPageValues(tab) {
+    // `force`: a ToMe control changed (the handler reads it itself), so send even when the page values did not; an
+    // edit of the WebUI's controls that left the values as they were sent (one click on Hires fix fires an `input`
+    // and a `change`) sends nothing. gradio drops an event while the same event's previous call is pending, so while
+    // a send is out the edit only waits (onNoteUpdate sends it once the answer is in): one call at a time, and none
+    // once the last is answered.
+    function send(tab, force) {
         var box = pageValuesBox(tab);
-        if (box) {
-            box.value = pageValues(tab);
-            updateInput(box);
+        var own = state[tab];
+        var values = pageValues(tab);
+        if (!box || (!force && !own.waiting && values === own.values)) {
+            return;
         }
+        if (own.sent > own.answered && Date.now() - own.sentAt < LOST_AFTER_MS) {
+            own.waiting = true;
+            return;
+        }
+        sends += 1;
+        own.values = values;
+        own.sent = sends;
+        own.waiting = false;
+        own.sentAt = Date.now();
+        var numbered = JSON.parse(values);
+        numbered.send = sends;
+        box.value = JSON.stringify(numbered);
+        updateInput(box);
     }
 
-    // The note has been re-rendered. gradio drops an event while the same event's previous call is pending, so a
-    // send made while the last one was on its way never reaches the server: when the answer to an earlier send
-    // arrives, send again. Each answer leads to one send at most, and none once the last send is answered.
+    // Something changed inside the note's wrapper: the answer to a send (the hint re-rendered with the number of
+    // the send it answers), or gradio's own pending state and progress text coming and going while a call is out.
+    // Only a new answer counts; once the last send is answered, an edit that waited for it is sent.
     function onNoteUpdate(tab) {
         var hint = our(tab, 'token_hint');
         var answered = hint ? parseInt(hint.getAttribute('data-tome-send'), 10) : NaN;
-        if (answered < lastSend[tab]) {
-            sendPageValues(tab);
+        var own = state[tab];
+        if (isNaN(answered) || answered <= own.answered) {
+            return;
+        }
+        own.answered = answered;
+        if (own.waiting && answered >= own.sent) {
+            send(tab, true);
         }
     }
 
@@ -183,20 +212,23 @@
 
     // --------------------------------------------------------------------------------------------- wiring
 
+    // tab -> whether a ToMe control changed (see send's `force`).
     var dirty = {};
 
     // The tabs to refresh once the current event is over: after its other handlers, as gradio copies a slider's
     // range to its number box and inputAccordion.js its visible checkbox to the hidden one in handlers of their
     // own. A microtask, not a timer: it runs as soon as this event is done, and once for a burst of events.
-    function schedule(tab) {
+    function schedule(tab, force) {
         var first = Object.keys(dirty).length === 0;
-        dirty[tab] = true;
+        dirty[tab] = !!dirty[tab] || force;
         if (first) {
             queueMicrotask(function() {
-                var tabs = Object.keys(dirty);
+                var tabs = dirty;
                 dirty = {};
                 syncHiresGroup();
-                tabs.forEach(sendPageValues);
+                Object.keys(tabs).forEach(function(name) {
+                    send(name, tabs[name]);
+                });
             });
         }
     }
@@ -211,13 +243,14 @@
             return;
         }
         var tab = pageTab(target);
-        if (tab === null) {
-            tab = ownTab(target);
-            if (tab === null || event.type !== 'change' || !isTextLike(target) || target === pageValuesBox(tab)) {
-                return;
-            }
+        if (tab !== null) {
+            schedule(tab, false);
+            return;
         }
-        schedule(tab);
+        tab = ownTab(target);
+        if (tab !== null && event.type === 'change' && isTextLike(target) && target !== pageValuesBox(tab)) {
+            schedule(tab, true);
+        }
     }
 
     // A ToMe control's value changed in gradio (tome_webui/ui.py, changed_js): clicked, set by a script or from
@@ -230,14 +263,16 @@
         }
         var active = app().activeElement || document.activeElement;
         if (!(active && ownTab(active) === tab && isTextLike(active))) {
-            schedule(tab);
+            schedule(tab, true);
         }
     }
 
     onUiLoaded(function() {
         TABS.forEach(applyHints);
         syncHiresGroup();
-        TABS.forEach(sendPageValues);
+        TABS.forEach(function(tab) {
+            send(tab, true);
+        });
         app().addEventListener('input', onEdit);
         app().addEventListener('change', onEdit);
         document.addEventListener('tome_changed', onChanged);

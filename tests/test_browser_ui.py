@@ -5,7 +5,10 @@ group shows only while the WebUI's Hires fix is on; the speed selectors show the
 the token hint (made in Python from the page values tome.js sends) matches `tome_core.describe()` on the real SD1.5
 and SDXL UNet architectures as each control changes (width, height, Hires fix and its size, every ToMe setting
 and preset), for the first pass and the hires pass, with custom settings and with presets (per model family);
-tome.js starts no timer, and no interval runs on the page once it has loaded.
+tome.js starts no timer, and no interval runs on the page once it has loaded; after every kind of click (presets,
+Custom's controls, Hires fix, the size sliders) the page settles: the change's own round trips, then no call at all
+while the user does nothing (counted on the server, with each call held as a busy WebUI holds it, so gradio's
+pending and progress elements come and go inside the note's wrapper as in the real page).
 
 Run:  .venv/bin/python -m pytest -m browser tests/test_browser_ui.py
 Needs Debian's chromium and chromium-driver (`bash .ci/install-browser.sh`) and selenium (requirements-dev.txt).
@@ -17,6 +20,7 @@ accordion open and Hires fix on).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import socket
@@ -75,6 +79,13 @@ OWN_HINTS: dict[str, str | None] = {
     "hr_preset": HIRES_PRESET_HELP,
 }
 WAIT_S = 15.0
+#: How long the test page holds each event call: a WebUI busy on 2 cores answers in a few tenths of a second, long
+#: enough for gradio to show its pending state and progress text inside the note's wrapper while the call is out.
+CALL_DELAY_S = 0.25
+#: A change's own calls are over once none came for this long (the delay, plus the page's and server's work).
+SETTLED_S = 0.8
+#: Then no call may come in this window while nobody touches the page.
+QUIET_S = 1.5
 
 
 def need(ok: Any, reason: str) -> None:
@@ -120,7 +131,11 @@ def page_url(browser_paths: tuple[str, str], tmp_path_factory: pytest.TempPathFa
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(PAGE), "--port", str(port)], cwd=REPO_DIR, env=env, stdout=log, stderr=log
+            [sys.executable, str(PAGE), "--port", str(port), "--delay", str(CALL_DELAY_S)],
+            cwd=REPO_DIR,
+            env=env,
+            stdout=log,
+            stderr=log,
         )
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -238,6 +253,59 @@ def toggle_accordion(driver: Any, accordion_id: str, on: bool) -> None:
 
 def displayed(driver: Any, elem_id: str) -> bool:
     return element(driver, f"#{elem_id}").is_displayed()
+
+
+def server_calls(page_url: str) -> list[dict[str, Any]]:
+    """Every event call the page has made so far, as the server logged it: `{"t", "path", "fn_index"}`."""
+    with urllib.request.urlopen(f"{page_url}tome-test/calls", timeout=5) as response:
+        return json.load(response)["calls"]
+
+
+def event_names(driver: Any) -> dict[str, str]:
+    """What each event is, by its fn_index (as a string): the elem_ids of its triggers and of its outputs."""
+    return driver.execute_script(
+        "var config = window.gradio_config, ids = {};"
+        " config.components.forEach(function(c) { ids[c.id] = (c.props && c.props.elem_id) || c.type + ' ' + c.id; });"
+        " var names = {};"
+        " config.dependencies.forEach(function(d, i) {"
+        "   names[i] = d.targets.map(function(t) { return ids[Array.isArray(t) ? t[0] : t]; }).join(',') + '.'"
+        "     + d.trigger + ' -> ' + d.outputs.map(function(o) { return ids[o]; }).join(','); });"
+        " return names;"
+    )
+
+
+def settles(driver: Any, page_url: str, what: str, action: Callable[[], Any], most: int) -> None:
+    """Do `action` (a user's click or edit): it may make at most `most` calls (one round trip per event the change
+    fires), which must be over within WAIT_S, and then no call may come for QUIET_S while nobody touches the page."""
+    start = len(server_calls(page_url))
+    began = time.time()
+    action()
+    deadline = began + WAIT_S
+    while True:  # the change's own calls are over once none came for SETTLED_S
+        calls = server_calls(page_url)[start:]
+        last = calls[-1]["t"] if calls else began
+        if time.time() - last > SETTLED_S or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    time.sleep(QUIET_S)
+    later = server_calls(page_url)[start + len(calls) :]
+    names = event_names(driver)
+    made = [names.get(str(call["fn_index"]), call["fn_index"]) for call in calls]
+    assert not later, (
+        f"{what}: {len(later)} calls in the {QUIET_S:g} s after it settled, while nobody touched the page"
+        f" ({len(calls)} before that, {len(calls) / (time.time() - began - QUIET_S):.1f}/s); first calls: {made[:6]}"
+    )
+    assert len(calls) <= most, f"{what}: {len(calls)} calls, at most {most} expected: {made}"
+
+
+def hint_answers_last_send(driver: Any, tab: str) -> bool:
+    """Whether the token hint answers the page values tome.js sent last (nothing lost, nothing pending)."""
+    return driver.execute_script(
+        "var box = document.querySelector(arguments[0]), hint = document.getElementById(arguments[1]);"
+        " return !!(box && hint && box.value && JSON.parse(box.value).send == hint.getAttribute('data-tome-send'));",
+        f"#{ours(tab, 'page_values')} textarea",
+        ours(tab, "token_hint"),
+    )
 
 
 @functools.cache
@@ -541,3 +609,69 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     over = {family: config.replace(**hires) for family, config in preset_configs("fastest").items()}
     hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, over)}")
     first_line_is(expected_families(768, 512, preset_configs("fastest")))
+
+
+@pytest.mark.parametrize("tab", ["txt2img", "img2img"])
+def test_the_page_settles_after_every_kind_of_click(page: Any, page_url: str, tab: str) -> None:
+    """No request storm: after each click or edit, the calls its events need (one round trip each), then none.
+
+    gradio shows its pending state and progress text inside the note's wrapper while the note's call is out; those
+    are changes in the page too, and must not count as the answer tome.js waits for.
+    """
+    if tab == "img2img":
+        page.find_element(By.XPATH, "//*[@id='tabs']//button[normalize-space()='img2img']").click()
+    note = ours(tab, "cap_note")
+
+    def click(item: str, value: str) -> Callable[[], None]:
+        return lambda: click_radio(page, ours(tab, item), value)
+
+    settles(page, page_url, "turning ToMe on", lambda: toggle_accordion(page, ours(tab, "enable"), True), 1)
+    # The premise: while the note's call is out, gradio marks the note's wrapper pending.
+    page.execute_script(
+        "var box = document.querySelector(arguments[0]); box.value = 640; updateInput(box);",
+        f"#{tab}_width input[type=number]",
+    )
+    wait_for(
+        "gradio's pending state inside the note's wrapper",
+        lambda: page.execute_script(f"return !!document.querySelector('#{note} .pending')"),
+        bool,
+        timeout=5,
+    )
+    settles(page, page_url, "a width set by a script", lambda: None, 1)
+    for preset in (
+        "fast",
+        "quality",
+        "fastest",
+        "balanced",
+        "custom",
+    ):  # each: the Custom column's visibility, the note
+        settles(page, page_url, f"clicking the preset {preset!r}", click("preset", preset), 2)
+    wait_for("the custom settings to show", lambda: displayed(page, ours(tab, "custom")), bool)
+    settles(page, page_url, "typing a ratio", lambda: type_number(page, ours(tab, "ratio"), 0.6), 1)
+    settles(page, page_url, "clicking a max downsample", click("max_downsample", "2"), 1)
+    settles(page, page_url, "clicking a mode", click("mode", "kv"), 1)
+    page.find_element(By.CSS_SELECTOR, f"#{ours(tab, 'advanced')} .label-wrap").click()  # open "Advanced"
+    settles(page, page_url, "a checkbox", lambda: element(page, f"#{ours(tab, 'merge_crossattn')} input").click(), 1)
+    settles(page, page_url, "typing a width", lambda: type_number(page, f"{tab}_width", 768), 1)
+    drag = (
+        "var range = document.querySelector(arguments[0]); range.value = 640;"
+        " range.dispatchEvent(new Event('input', {bubbles: true}));"
+        " range.dispatchEvent(new Event('change', {bubbles: true}));"
+    )
+    settles(
+        page, page_url, "dragging the height", lambda: page.execute_script(drag, f"#{tab}_height input[type=range]"), 1
+    )
+    if tab == "txt2img":
+        settles(page, page_url, "turning Hires fix on", lambda: toggle_accordion(page, "txt2img_hr", True), 1)
+        settles(page, page_url, "typing an upscale", lambda: type_number(page, "txt2img_hr_scale", 1.5), 1)
+        settles(page, page_url, "clicking own hires settings", click("hr_mode", "own"), 2)
+        settles(page, page_url, "clicking a hires preset", click("hr_preset", "fastest"), 2)
+        settles(page, page_url, "turning Hires fix off", lambda: toggle_accordion(page, "txt2img_hr", False), 1)
+
+    def burst() -> None:  # clicks faster than the server answers
+        for preset in ("fast", "custom", "fastest", "quality", "balanced"):
+            click_radio(page, ours(tab, "preset"), preset)
+
+    settles(page, page_url, "five presets clicked in a row", burst, 10)
+    assert hint_answers_last_send(page, tab), "the hint must answer the last values sent"
+    wait_for("the custom settings to hide", lambda: displayed(page, ours(tab, "custom")), lambda shown: not shown)

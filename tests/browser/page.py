@@ -16,8 +16,12 @@ Run it by hand to look at the UI:  .venv/bin/python tests/browser/page.py --port
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +77,75 @@ def inject_head(html: str) -> None:
     gr.routes.templates.TemplateResponse = template_response
 
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Where the page's log of the calls it received is read (`GET`), as JSON: `{"calls": [{"t", "path", "fn_index"}]}`.
+CALLS_PATH = "/tome-test/calls"
+
+
+class CallLog:
+    """ASGI middleware: records every event call the page makes (`POST .../run/<name>`, `.../api/<name>`), with
+    its time and `fn_index`, and answers `GET /tome-test/calls` with them; with `delay`, holds each call that long
+    first, as a busy WebUI does (so the page shows gradio's pending state as it does in the real WebUI)."""
+
+    def __init__(self, app: ASGIApp, delay: float = 0.0) -> None:
+        self.app = app
+        self.delay = delay
+        self.calls: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope.get("type") == "http" and path == CALLS_PATH:
+            body = json.dumps({"calls": self.calls}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope.get("type") != "http" or scope.get("method") != "POST" or not path.startswith(("/run/", "/api/")):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        try:
+            fn_index = json.loads(raw).get("fn_index")
+        except (ValueError, AttributeError):
+            fn_index = None
+        self.calls.append({"t": time.time(), "path": path, "fn_index": fn_index})
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def log_calls(delay: float) -> None:
+    """Add `CallLog` to every app gradio creates (before its server starts)."""
+    original = gr.routes.App.create_app
+
+    def create_app(*args: Any, **kwargs: Any) -> Any:
+        app = original(*args, **kwargs)
+        app.add_middleware(CallLog, delay=delay)
+        return app
+
+    gr.routes.App.create_app = staticmethod(create_app)
+
+
 def build() -> gr.Blocks:
     harness.load_extension()
     # System fonts only: the default theme would fetch a web font, and the test browser has no network.
@@ -105,8 +178,10 @@ def build() -> gr.Blocks:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7861)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to hold each event call (a busy server)")
     args = parser.parse_args(argv)
     inject_head(head_html())
+    log_calls(args.delay)
     demo = build()
     print(f"tome test page: http://127.0.0.1:{args.port}", flush=True)
     demo.launch(server_name="127.0.0.1", server_port=args.port, show_api=False, quiet=True)
