@@ -150,12 +150,104 @@ def test_step_window_follows_the_samplers_step_callback(sd: ModelPatcher) -> Non
 # ---------------------------------------------------------------------------------------------- never silent
 
 
+def tome_lines(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "tome"]
+
+
 def test_full_merge_is_logged_once_per_sampling(sd: ModelPatcher, caplog: Any) -> None:
     """Default settings (ratio 0.5, max downsample auto: the three level-1 blocks), not a preset being re-tuned."""
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(sd))
-    lines = [r for r in caplog.records if r.name == "tome"]
-    assert len(lines) == 1 and "merged in 3 of 3 selected blocks" in lines[0].getMessage()
+    assert tome_lines(caplog) == [
+        "ToMe (custom settings): ran in 3 of 3 selected blocks (7 transformer blocks): self-attention merged in 3"
+    ]
+
+
+#: Transformer blocks per downsampling level of the stand-in SDXL UNet (tests/comfy_stub/unet.py: depths (0, 1, 3),
+#: 3 in the middle): one input and two output stacks of one block at level 2, 3 + 3 + 2 * 3 blocks at level 4.
+STUB_SDXL_BLOCKS = {2: 3, 4: 12}
+
+
+def kinds_expected(config: tome_core.TomeConfig) -> str:
+    """The kinds the log must name for `config` on the stand-in SDXL, counted from its layout."""
+    levels = [level for level in STUB_SDXL_BLOCKS if config.merges_level(level, frozenset(STUB_SDXL_BLOCKS))]
+    blocks = sum(STUB_SDXL_BLOCKS[level] for level in levels)
+    mlp = sum(STUB_SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
+    parts = []
+    if config.merge_attn:
+        what = "keys/values pooled for self-attention" if config.mode == "kv" else "self-attention merged"
+        parts.append(f"{what} in {blocks}")
+    if config.merge_crossattn:
+        parts.append(f"cross-attention merged in {blocks}")
+    if config.merge_mlp:
+        parts.append(f"feed-forward (MLP) merged in {mlp}")
+    return f"ran in {blocks} of {blocks} selected blocks (15 transformer blocks): {', '.join(parts)}"
+
+
+@pytest.mark.parametrize("preset", [p.label for p in tome_core.presets()])
+def test_sdxl_log_line_names_each_kind_that_ran_with_its_counts(preset: str, caplog: Any) -> None:
+    """Issue 25: every SDXL preset logged only "pooled keys/values in 15 of 15" though cross-attention and the
+    feed-forward merged too."""
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome(load_checkpoint("sdxl"), preset))
+    config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
+    assert tome_lines(caplog) == [f"ToMe ({preset} for sdxl): {kinds_expected(config)}"]
+
+
+def test_sdxl_balanced_names_kv_pooling_cross_attention_and_the_feed_forward(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome(load_checkpoint("sdxl"), "Balanced"))
+    (line,) = tome_lines(caplog)
+    assert line.endswith(
+        "keys/values pooled for self-attention in 15, cross-attention merged in 15, feed-forward (MLP) merged in 12"
+    )
+
+
+def test_an_interrupted_sampling_logs_what_ran_until_then(sd: ModelPatcher, caplog: Any) -> None:
+    from comfy_stub.model_management import InterruptProcessingException
+
+    def interrupt(step: int, *args: Any) -> None:
+        if step == 1:
+            raise InterruptProcessingException()
+
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(InterruptProcessingException):
+        sample(tome_advanced(sd), callback=interrupt)
+    assert tome_lines(caplog) == [
+        "ToMe (custom settings): sampling interrupted after 2 UNet calls; ran in 3 of 3 selected blocks"
+        " (7 transformer blocks): self-attention merged in 3"
+    ]
+
+
+def test_an_interrupt_before_the_first_unet_call_says_nothing_ran(sd: ModelPatcher, caplog: Any) -> None:
+    from comfy_stub.model_management import InterruptProcessingException
+
+    def stop_before(executor: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InterruptProcessingException()
+
+    model = tome(sd, "Fast")
+    model.add_wrapper_with_key(OUTER_SAMPLE, "zz_interrupt", stop_before)  # added after ours: runs inside it
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(InterruptProcessingException):
+        sample(model)
+    assert tome_lines(caplog) == ["ToMe (Fast for sd): sampling interrupted before the first UNet call: nothing merged"]
+
+
+def test_a_failed_sampling_logs_a_warning_with_the_error_type(sd: ModelPatcher, caplog: Any) -> None:
+    def fail(step: int, *args: Any) -> None:
+        raise RuntimeError("out of memory")
+
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(RuntimeError):
+        sample(tome_advanced(sd), callback=fail)
+    records = [r for r in caplog.records if r.name == "tome"]
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        (
+            "WARNING",
+            "ToMe (custom settings): sampling failed (RuntimeError) after 1 UNet call; ran in 3 of 3 selected"
+            " blocks (7 transformer blocks): self-attention merged in 3",
+        )
+    ]
 
 
 def test_attention_replaced_in_every_call_is_counted_and_named(sd: ModelPatcher, caplog: Any) -> None:
@@ -164,7 +256,7 @@ def test_attention_replaced_in_every_call_is_counted_and_named(sd: ModelPatcher,
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(replaced))
     text = caplog.text
-    assert "merged in 2 of 3 selected blocks" in text
+    assert "ran in 2 of 3 selected blocks" in text
     assert "attention replaced by another node in every call" in text
     assert "input.1.0 (4 of 4 UNet calls)" in text
 
@@ -223,7 +315,7 @@ def test_no_block_at_the_selected_levels_is_reported(caplog: Any) -> None:
     sdxl = load_checkpoint("sdxl")
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(sdxl, max_downsample="1"))
-    assert "merged in 0 of 0 blocks" in caplog.text and "has them at 2, 4" in caplog.text
+    assert "ran in 0 of 0 blocks" in caplog.text and "has them at 2, 4" in caplog.text
 
 
 def test_comfy_block_keys_follow_comfyuis_numbering_and_levels(sd: ModelPatcher) -> None:

@@ -12,7 +12,8 @@ Per sampling the wrapper also
 - resolves a preset for the model's family from ComfyUI's model config (`model.model_config`),
 - follows the step window from the sampler's step callback (host values, no device read-back per UNet call),
 - skips ComfyUI's built-in TomePatchModel on the same model for this sampling (ours runs, never both), and
-- logs once, through `logging.getLogger("tome")`, how many blocks merged and why fewer than selected did.
+- logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, why fewer
+  blocks merged than selected, and also when the sampling was interrupted or failed.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ class TomeSampling:
         try:
             args, kwargs = run.follow_steps(executor.original, args, kwargs)
             output = executor(*args, **kwargs)
+        except BaseException as exc:
+            run.report(stopped=exc)  # an interrupt raises out of the step callback: what ran until then
+            raise
+        else:
             run.report()
             return output
         finally:
@@ -276,25 +281,38 @@ class _Run:
 
     # ------------------------------------------------------------------ after sampling
 
-    def report(self) -> None:
-        """One line per sampling: what ran, and why fewer blocks merged than selected."""
+    def report(self, stopped: BaseException | None = None) -> None:
+        """One line per sampling: each kind that ran with its counts, or why fewer blocks merged than selected;
+        `stopped`: the exception that ended the sampling early (an interrupt, an error)."""
         stats = tome_core.stats(self.unet)
         if stats is None:
             return
-        problem = explain(stats, self.replaced, self.calls)
         head = f"ToMe ({self.request.label(self.family)})"
+        if stopped is not None:
+            interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
+            what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"
+            level = logging.INFO if interrupted else logging.WARNING
+            if stats.unet_calls == 0:
+                log.log(level, "%s: %s before the first UNet call: nothing merged", head, what)
+                return
+            calls = "1 UNet call" if stats.unet_calls == 1 else f"{stats.unet_calls} UNet calls"
+            head = f"{head}: {what} after {calls};"
+        else:
+            level, head = logging.INFO, f"{head}:"
+        problem = explain(stats, self.replaced, self.calls)
         if problem is None:
-            verb = "pooled keys/values in" if stats.mode == "kv" else "merged in"
-            log.info(
-                "%s: %s %d of %d selected blocks (%d transformer blocks)",
+            kinds = ", ".join(f"{kind} in {count}" for kind, count in kind_counts(self.config, self.unet, stats))
+            log.log(
+                level,
+                "%s ran in %d of %d selected blocks (%d transformer blocks): %s",
                 head,
-                verb,
                 stats.applied,
                 stats.selected,
                 stats.total,
+                kinds or "nothing to merge",
             )
         else:
-            log.warning("%s: %s", head, problem)
+            log.warning("%s %s", head, problem)
 
     def stop(self) -> None:
         if self.handle is not None:
@@ -303,10 +321,45 @@ class _Run:
         tome_core.remove_patch(self.unet)
 
 
+#: The log's words for each kind of merging, by the module it runs in (the core's names in `TomeStats.modules`).
+KIND_WORDS: Mapping[str, str] = {
+    "kv": "keys/values pooled for self-attention",
+    "attn1": "self-attention merged",
+    "attn2": "cross-attention merged",
+    "ff": "feed-forward (MLP) merged",
+}
+
+
+def kind_counts(config: TomeConfig, unet: nn.Module, stats: TomeStats) -> list[tuple[str, int]]:
+    """Each kind of merging that ran in the selected blocks of `unet`, in the log's words, with its block count.
+
+    From the core's own per-module counts where its `TomeStats` has them (`modules`); else counted from the config
+    and the UNet's layout (`tome_core.blocks_per_level`, the levels `stats` selects: a block counts for every kind it
+    was set up for, which is what ran when every selected block merged, the only case the caller logs it in).
+    A kind whose ratio merges nothing is left out.
+    """
+    ran = getattr(stats, "modules", None)
+    if ran is not None:
+        return [(KIND_WORDS[name], count) for name, count in ran if name in KIND_WORDS and count]
+    per_level = tome_core.blocks_per_level(unet)
+    levels = sorted(level for level in per_level if level in stats.levels)
+    blocks = sum(per_level[level] for level in levels)
+    ratios = config.ratios_by_kind
+    counts = {
+        "kv": blocks if config.merge_attn and config.mode == "kv" else 0,
+        "attn1": blocks if config.merge_attn and config.mode == "merge" and ratios.get("attn", 0.0) > 0.0 else 0,
+        "attn2": blocks if config.merge_crossattn and ratios.get("attn", 0.0) > 0.0 else 0,
+        "ff": sum(per_level[level] for level in levels if level >= config.mlp_min_downsample)
+        if config.merge_mlp and ratios.get("mlp", 0.0) > 0.0
+        else 0,
+    }
+    return [(KIND_WORDS[name], count) for name, count in counts.items() if count]
+
+
 def explain(stats: TomeStats, replaced: Mapping[tuple[str, str], int], calls: int) -> str | None:
     """Why fewer blocks merged than selected (or attention was replaced in some calls); None when all merged."""
     s = stats
-    verb = "pooled keys/values in" if s.mode == "kv" else "merged in"
+    verb = "ran in"
     if s.selected == 0:
         levels = ", ".join(map(str, sorted(s.levels))) or "none"
         have = ", ".join(map(str, sorted(s.block_levels))) or "none"

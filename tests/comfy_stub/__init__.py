@@ -8,4 +8,5 @@ call order and clone/patch semantics, written from the facts in docs/comfyui-con
               UNet-less "DiT"
     sampling  BaseModel.apply_model, calc_cond_batch, CFGGuider.sample/outer_sample/inner_sample, an Euler sampler
               with ComfyUI's per-step callback, and `sample` (what KSampler runs)
+    model_management  InterruptProcessingException, what ComfyUI's interrupt raises out of the step callback
 """
