@@ -106,10 +106,11 @@ def test_disabled_is_bitwise_the_webui_without_the_extension(
     assert_clean(webui)
 
 
-def test_disabled_ignores_invalid_other_args(models: dict[str, torch.nn.Module]) -> None:
+def test_disabled_with_invalid_other_args_says_so(models: dict[str, torch.nn.Module]) -> None:
+    """The script refuses what the API check refuses (tome_webui.params.resolve), also with ToMe off."""
     webui = make("1.10", models)
     p, _ = webui.txt2img(tome_args(False, ratio=5))
-    assert p.extra_generation_params == {}
+    assert p.extra_generation_params == {"ToMe error": "ratio (args[1]) must be a number in [0, 0.95], got 5"}
     assert_clean(webui)
 
 

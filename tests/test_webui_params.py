@@ -11,10 +11,13 @@ from tome_webui import params
 from tome_webui.params import (
     ARG_NAMES,
     IMG2IMG_ARG_NAMES,
+    UI_PRESET_DEFAULT,
     TomeArgsError,
     TomeJob,
+    defaults,
     pad_positional,
     resolve,
+    ui_value,
     validate_request_args,
 )
 
@@ -283,16 +286,51 @@ def test_img2img_positions_are_its_own() -> None:
     assert job is not None and job.pass_config(False) == TomeConfig(ratio=0.2)
 
 
-def test_disabled_skips_the_other_args_unless_strict() -> None:
-    assert resolve([False, 5]) is None
-    with pytest.raises(TomeArgsError, match="ratio"):
-        resolve([False, 5], strict=True)
-    with pytest.raises(TomeArgsError, match="dict alone"):
+def test_every_arg_is_checked_also_when_off() -> None:
+    """The script and the API check refuse the same args: a bad value is refused even with ToMe off."""
+    assert resolve([False, 0.5]) is None
+    with pytest.raises(TomeArgsError, match=r"ratio \(args\[1\]\)"):
+        resolve([False, 5])
+    with pytest.raises(TomeArgsError, match=r"dict alone when args\[0\] is a dict, got ratio \(args\[1\]\) too"):
         validate_request_args([{"ratio": 0.5}, 1])
     with pytest.raises(TomeArgsError, match="must be a list"):
         validate_request_args({"ratio": 0.5})
     validate_request_args([])
     validate_request_args([True, 0.5])
+
+
+def test_after_a_dict_only_the_webui_defaults_may_follow() -> None:
+    """The WebUI fills the args a request leaves out with the UI defaults; the script sees those after a dict."""
+    filled = [ui_value(name, defaults()[name]) for name in ARG_NAMES]
+    filled[ARG_NAMES.index("preset")] = filled[ARG_NAMES.index("hr_preset")] = UI_PRESET_DEFAULT
+    assert resolve([{"preset": "fast"}, *filled[1:]]) == resolve([{"preset": "fast"}])
+    with pytest.raises(TomeArgsError, match=r"got hr_mode \(args\[14\]\) too"):
+        resolve([{"preset": "fast"}, *filled[1:14], "off"])
+    with pytest.raises(TomeArgsError, match=r"got use_rand \(args\[5\]\) too"):
+        resolve([{"preset": "fast"}, *filled[1:5], 1])  # 1 is not the checkbox's True
+    with pytest.raises(TomeArgsError, match="got 25 values"):
+        validate_request_args([{"preset": "fast"}, *filled[1:], 0])
+
+
+def test_a_preset_the_webui_filled_in_means_custom() -> None:
+    """`UI_PRESET_DEFAULT` is what the speed selectors are built with, so what the WebUI fills in for a preset a
+    request left out; the same name sent by the page or a client is a preset given."""
+    assert UI_PRESET_DEFAULT == DEFAULT_PRESET and isinstance(UI_PRESET_DEFAULT, str)
+    filled = [ui_value(name, defaults()[name]) for name in ARG_NAMES]
+    given = resolve([True, *filled[1:]])
+    assert given is not None and given.preset == DEFAULT_PRESET == given.hires_preset
+    filled[ARG_NAMES.index("preset")] = filled[ARG_NAMES.index("hr_preset")] = UI_PRESET_DEFAULT
+    left_out = resolve([True, *filled[1:]])
+    assert left_out == resolve([True]) and left_out is not None and left_out.preset == "custom"
+    assert resolve([True, *filled[1:]], is_img2img=False) == left_out
+    img2img = [ui_value(name, defaults()[name]) for name in IMG2IMG_ARG_NAMES]
+    img2img[IMG2IMG_ARG_NAMES.index("preset")] = UI_PRESET_DEFAULT
+    assert resolve([True, *img2img[1:]], is_img2img=True) == resolve([True], is_img2img=True)
+    assert resolve([True, *img2img[1:]], is_img2img=True).preset == "custom"
+    # an infotext the API applies converts its value with the control's value's type: a new object, a preset given
+    pasted = type(UI_PRESET_DEFAULT)(DEFAULT_PRESET)
+    filled[ARG_NAMES.index("preset")] = pasted
+    assert resolve([True, *filled[1:]]).preset == DEFAULT_PRESET
 
 
 def test_xyz_overrides() -> None:

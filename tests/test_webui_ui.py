@@ -22,7 +22,7 @@ import tome_webui
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
 from tome_webui import ui
-from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, defaults, ui_value
+from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, UI_PRESET_DEFAULT, defaults, ui_value
 
 # gradio 3.41 builds its app with FastAPI's deprecated on_event; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:(?s).*on_event is deprecated:DeprecationWarning")
@@ -61,7 +61,11 @@ def test_ui_builds_twice_in_throwaway_blocks_like_the_api(script_classes: list[t
             assert len(components) == len(names)
             assert isinstance(components[0], InputAccordion) and components[0].value is False
             assert [c.value for c in components] == [ui_value(n, defaults()[n]) for n in names]
-            assert [type(c.value) for c in components[1:]] == [type(ui_value(n, defaults()[n])) for n in names[1:]]
+            presets = [n for n in names if n in ("preset", "hr_preset")]
+            assert all(components[names.index(n)].value is UI_PRESET_DEFAULT for n in presets)  # not just equal
+            assert [type(c.value) for n, c in zip(names[1:], components[1:]) if n not in presets] == [
+                type(ui_value(n, defaults()[n])) for n in names[1:] if n not in presets
+            ]
             assert len(script.infotext_fields) == len(names)
             assert all(c is f[0] for c, f in zip(components, script.infotext_fields, strict=True))
             ids = {b.elem_id for b in all_blocks(demo) if getattr(b, "elem_id", None)}

@@ -8,13 +8,18 @@ the `alwayson_scripts` entry whose key is our title in any case (`"tome"`, as th
 
     HTTP 422 {"detail": "ToMe (alwayson_scripts['tome']): ratio (args[1]) must be a number in [0, 0.95], got 5"}
 
-It also keeps positional lists written before the speed presets existed meaning what they meant: the WebUI fills
-args a request leaves out with the UI defaults, where the speed selectors start at a preset, so a list that stops
-before `preset`/`hr_preset` is completed with those defaults and "custom" for the preset args
-(`tome_webui.params.pad_positional`) and passed on re-serialized. Any other valid (or unrelated) request passes
-through byte for byte. As a second line, if invalid args reach the script anyway (the middleware could not be
-installed, or a caller builds `p` itself), ToMe does not run and the message is written into the response's
-`info` as `extra_generation_params["ToMe error"]` (see `tome_webui.lifecycle`).
+It also completes a positional list that stops before `preset`/`hr_preset` with the UI defaults and "custom" for
+the preset args (`tome_webui.params.pad_positional`) and passes it on re-serialized, so that a list written before
+the speed presets existed keeps its meaning. Any other valid (or unrelated) request passes through byte for byte.
+
+The check is not what gives a request its meaning: the script parses its args with the same parser and the same
+rules (`tome_webui.params.resolve`), so a request that arrives while the check is not installed (after the server
+started, before the app-started callbacks ran; a host where it cannot be installed; a caller that builds `p`
+itself) means the same. The script reads a preset the WebUI filled in for a list that stops early as "custom"
+(`tome_webui.params.UI_PRESET_DEFAULT`), and refuses what the check refuses: ToMe does not run and the message is
+written into the response's `info` as `extra_generation_params["ToMe error"]` (see `tome_webui.lifecycle`). Only
+a request's shape is the check's alone (an entry that is not an object, args that are not a list, more values
+than the script has): the WebUI consumes those before the script sees any args.
 """
 
 from __future__ import annotations

@@ -24,9 +24,10 @@ Positional form
     (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset,
     mlp_min_downsample), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for
     the missing tail, except that a missing `preset` or `hr_preset` means "custom": a list written before presets
-    existed keeps its meaning. (The WebUI fills missing args with the UI defaults itself, where the speed selectors
-    start at `tome_core.DEFAULT_PRESET`; the API check in `tome_webui.api` pads such a list with "custom" before
-    the WebUI sees it.)
+    existed keeps its meaning. The WebUI fills missing args itself, with the values of a freshly built `ui()`
+    (`Api.init_default_script_args`), where the speed selectors start at `UI_PRESET_DEFAULT`: the default preset
+    as an object of its own, which no request and no page can send, so the script tells a preset left out from one
+    given (see `UI_PRESET_DEFAULT`). The API check in `tome_webui.api` also completes such a list with "custom".
     With a preset other than "custom", the detailed settings in the list (the fields; in own hires mode also
     hr_ratio ... hr_sy with an hr_preset other than "custom") are not used.
 
@@ -55,7 +56,9 @@ Hires fix pass
     the first pass's values with own ratio, max downsample and strides. "off": no merging.
 
 Invalid input raises `TomeArgsError`, whose message names the argument and its allowed values. Nothing is
-guessed: a value that is not valid for its field is an error, never clamped.
+guessed: a value that is not valid for its field is an error, never clamped. Every arg is checked, also when ToMe
+is off: the API check (`validate_request_args`) and the script (`resolve`, from `before_process`) apply the same
+rules and the same refusals to the same args, so a request means the same whether or not the check is installed.
 """
 
 from __future__ import annotations
@@ -131,6 +134,20 @@ HIRES_DICT_KEYS: tuple[str, ...] = ("preset", *HIRES_FIELDS)
 OPTIONAL_NONE = -1
 #: What a positional list that stops before an arg means for it, where that differs from the UI default.
 POSITIONAL_MISSING: Mapping[str, Any] = MappingProxyType(dict.fromkeys(PRESET_ARGS, CUSTOM))
+
+
+class _FilledIn(str):
+    """The type of `UI_PRESET_DEFAULT`: a str, so gradio, the WebUI and JSON treat it as the preset name it is."""
+
+    __slots__ = ()
+
+
+#: The value the speed selectors are built with (`tome_webui.ui.preset_radio`): `DEFAULT_PRESET` as an object of
+#: its own. The WebUI fills each arg an API request leaves out with the value of a freshly built control
+#: (`Api.init_default_script_args`, then a shallow copy per request), so a preset arg that *is* this object was not
+#: in the request and means "custom" (`POSITIONAL_MISSING`). The page sends the selector's value as a plain string,
+#: and an infotext the API applies is converted into a new object: both are presets given.
+UI_PRESET_DEFAULT: str = _FilledIn(DEFAULT_PRESET)
 
 _SPECS: Mapping[str, FieldSpec] = MappingProxyType({spec.name: spec for spec in field_specs()})
 
@@ -362,7 +379,23 @@ def _from_positional(args: Sequence[Any], names: Sequence[str]) -> dict[str, Any
     named = defaults()
     named.update(POSITIONAL_MISSING)
     named.update(zip(names, args))
+    named.update({name: POSITIONAL_MISSING[name] for name in PRESET_ARGS if named[name] is UI_PRESET_DEFAULT})
     return named
+
+
+def _check_dict_alone(args: Sequence[Any], names: Sequence[str]) -> None:
+    """The dict form is one value: after it, only what the WebUI fills in for args a request leaves out (the UI
+    defaults) may follow, so the check and the script, which sees the WebUI's filling, refuse the same lists."""
+    filled = {name: ui_value(name, value) for name, value in defaults().items()}
+    extra = [
+        f"{name} (args[{index}])"
+        for index, (name, value) in enumerate(zip(names[1:], args[1:]), start=1)
+        if value is not UI_PRESET_DEFAULT and (type(value) is not type(filled[name]) or value != filled[name])
+    ]
+    if extra:
+        raise TomeArgsError("args", f"must hold the dict alone when args[0] is a dict, got {', '.join(extra)} too")
+    if len(args) > len(names):
+        raise TomeArgsError("args", f"must hold the dict alone when args[0] is a dict, got {len(args)} values")
 
 
 def _from_dict(values: Mapping[Any, Any]) -> dict[str, Any]:
@@ -441,25 +474,22 @@ def resolve(
     overrides: Mapping[str, Any] | None = None,
     *,
     is_img2img: bool = False,
-    strict: bool = False,
 ) -> TomeJob | None:
     """The job the script args ask for, or None when ToMe is off.
 
-    `args` is the tab's positional list or a one-element list holding the dict form. `overrides` (from the XYZ
-    plot) are laid over it by arg name. When ToMe is off, the other args are not checked unless `strict` (the
-    API check refuses any invalid request). Raises `TomeArgsError`.
+    `args` is the tab's positional list or a list holding the dict form (followed, in the script, by what the
+    WebUI fills in). `overrides` (from the XYZ plot) are laid over it by arg name. Every arg is checked, also when
+    ToMe is off: this is the API check's parser too (`validate_request_args`). Raises `TomeArgsError`.
     """
     names = arg_names(is_img2img)
     from_dict = bool(args) and isinstance(args[0], Mapping)
-    if from_dict and len(args) > 1 and strict:
-        raise TomeArgsError("args", f"must hold the dict alone when args[0] is a dict, got {len(args)} values")
+    if from_dict:
+        _check_dict_alone(args, names)
     named = _from_dict(args[0]) if from_dict else _from_positional(args, names)
     changed: dict[str, Any] = {key: named[key] for key in args[0] if key in FIELD_NAMES} if from_dict else {}
     if overrides:
         _apply_overrides(named, changed, overrides)
     enabled = coerce("enabled", named["enabled"], _where("enabled", from_dict, names))
-    if not enabled and not strict:
-        return None
     checked = ARG_NAMES if from_dict else names  # a dict's hires settings are checked in img2img too
     values = {
         name: coerce(name, named[name], _where(name, from_dict, names)) for name in checked if named[name] is not FOLLOW
@@ -509,7 +539,8 @@ def _check_job(job: TomeJob) -> None:
 
 
 def validate_request_args(args: Any, *, is_img2img: bool = False) -> None:
-    """The API check: raise `TomeArgsError` unless `args` (from a request body) is valid for the tab."""
+    """The API check: raise `TomeArgsError` unless `args` (from a request body) is valid for the tab: `resolve`'s
+    rules, plus the request's shape the WebUI consumes before the script sees any args (a list)."""
     if not isinstance(args, list):
         raise TomeArgsError("args", f"must be a list, got {type(args).__name__}")
-    resolve(args, is_img2img=is_img2img, strict=True)
+    resolve(args, is_img2img=is_img2img)

@@ -57,6 +57,7 @@ from tome_webui.params import (
     PRESET_CHOICES,
     PRESET_LABELS,
     TITLE,
+    UI_PRESET_DEFAULT,
     TomeArgsError,
     TomeJob,
     arg_names,
@@ -171,9 +172,10 @@ def preset_radio(arg_name: str, element_id: str) -> Any:
     """The speed selector of the first pass (`preset`) or of the hires pass (`hr_preset`)."""
     import gradio as gr
 
+    assert defaults()[arg_name] == UI_PRESET_DEFAULT
     return gr.Radio(
         choices=[(PRESET_LABELS[choice], choice) for choice in PRESET_CHOICES],
-        value=defaults()[arg_name],
+        value=UI_PRESET_DEFAULT,  # the object, not an equal string: the script tells a preset the API filled in
         label=label_of(arg_name),
         elem_id=element_id,
         **compat.tooltip_kwargs(PRESET_HELP if arg_name == "preset" else HIRES_PRESET_HELP),
