@@ -1,5 +1,6 @@
-"""The extension in a Forge Neo-shaped host: Forge 2's order and model objects (`webui_stub.forge`), with Neo's
-own `apply_token_merging` (plus epsilon scaling) and its models without a UNet (`webui_stub.neo`)."""
+"""The extension in a Forge Neo-shaped host (`webui_stub.neo`): Forge 2's order and model objects, Neo's own
+`apply_token_merging` (with its epsilon scaling), its engines without a UNet and its built-in Torch Compile Integrated,
+each as read from Neo's tree and seen running it (docs/hosts.md)."""
 
 from __future__ import annotations
 
@@ -29,23 +30,23 @@ def _neo_builtin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def engine() -> neo.Engine:
-    return neo.Engine(forge.build_unet(forge.SD1_DEPTHS, seed=0))
+def engine() -> neo.StableDiffusion:
+    return neo.StableDiffusion(forge.build_unet(forge.SD1_DEPTHS, seed=0))
 
 
 class Seen:
     """Records, right before each sampling, whether the built-in and the epsilon scaling are on the patcher."""
 
     def __init__(self) -> None:
-        self.samplings: list[tuple[bool, float | None]] = []
+        self.samplings: list[tuple[bool, bool]] = []
 
     def __call__(self, patcher: forge.UnetPatcher) -> forge.UnetPatcher:
         holder = type("E", (), {"forge_objects": forge.ForgeObjects(patcher)})()
-        self.samplings.append((forge.builtin_patched(holder), patcher.model_options.get(neo.EPS_KEY)))
+        self.samplings.append((forge.builtin_patched(holder), neo.epsilon_scaling(patcher)))
         return patcher
 
 
-def test_neo_engine_is_handled_by_the_forge_adapter(engine: neo.Engine) -> None:
+def test_neo_engine_is_handled_by_the_forge_adapter(engine: neo.StableDiffusion) -> None:
     assert hosts.host_of(engine).name == "forge"
     assert hosts.unet_of(engine) is engine.forge_objects.unet.model.diffusion_model
 
@@ -55,9 +56,9 @@ def test_neo_engine_is_handled_by_the_forge_adapter(engine: neo.Engine) -> None:
     [({}, FIRST), ({"hr_mode": "off"}, None)],
 )
 def test_hires_pass_after_the_discarded_hook_call(
-    engine: neo.Engine, hires: dict[str, Any], expected: TomeConfig | None
+    engine: neo.StableDiffusion, hires: dict[str, Any], expected: TomeConfig | None
 ) -> None:
-    webui = forge.ForgeWebUI(engine, lazy=True)
+    webui = neo.NeoWebUI(engine, lazy=True)
     p, processed = webui.run(tome=custom_args(**hires), enable_hr=True, n_iter=2, steps=2)
     seen = {(r.iteration, r.pass_name): r.config for r in p.sampler.records}
     assert seen == {(0, "first"): FIRST, (0, "hires"): expected, (1, "first"): FIRST, (1, "hires"): expected}
@@ -65,46 +66,95 @@ def test_hires_pass_after_the_discarded_hook_call(
     assert not tome_core.is_patched(engine.forge_objects.unet.model.diffusion_model) and errors.reported == []
 
 
-def test_builtin_off_keeps_the_epsilon_scaling_patch(engine: neo.Engine) -> None:
-    webui = forge.ForgeWebUI(engine, lazy=False)
-    shared.opts.data.update({"token_merging_ratio": 0.3, "scaling_factor": 1.2})
+def test_epsilon_scaling_is_a_post_cfg_function_on_eps_models_only() -> None:
+    shared.opts.data["scaling_factor"] = 1.02
+    eps, flow = neo.StableDiffusion(forge.build_unet()), neo.Wan()
+    for model in (eps, flow):
+        neo.apply_token_merging(model, 0.0)
+    assert neo.epsilon_scaling(eps.forge_objects.unet) and not neo.epsilon_scaling(flow.forge_objects.unet)
+    assert not forge.builtin_patched(eps)
+
+
+def test_builtin_off_keeps_the_epsilon_scaling(engine: neo.StableDiffusion) -> None:
+    webui = neo.NeoWebUI(engine, lazy=False)
+    shared.opts.data.update({"token_merging_ratio": 0.3, "scaling_factor": 1.02})
     seen = Seen()
-    p, processed = webui.run(
-        tome=custom_args(), enable_hr=True, steps=2, sampler=forge.ForgeSampler(other_extension=seen)
-    )
-    assert seen.samplings == [(False, 1.2), (False, 1.2)]  # first pass, hires pass
+    p, processed = webui.run(tome=custom_args(), enable_hr=True, steps=2, sampler=neo.NeoSampler(other_extension=seen))
+    assert seen.samplings == [(False, True), (False, True)]  # first pass, hires pass
     assert processed.extra_generation_params["ToMe builtin"] == "disabled"
     assert all(r.config == FIRST for r in p.sampler.records)
     assert shared.opts.data["token_merging_ratio"] == 0.3
 
 
 def test_builtin_applied_anyway_is_taken_off_without_the_epsilon_scaling(
-    engine: neo.Engine, monkeypatch: pytest.MonkeyPatch
+    engine: neo.StableDiffusion, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(forge, "apply_token_merging", lambda e, ratio: neo.apply_token_merging(e, 0.4))
-    webui = forge.ForgeWebUI(engine, lazy=False)
-    shared.opts.data["scaling_factor"] = 1.5
+    webui = neo.NeoWebUI(engine, lazy=False)
+    shared.opts.data["scaling_factor"] = 1.05
     seen = Seen()
-    _, processed = webui.run(tome=custom_args(), sampler=forge.ForgeSampler(other_extension=seen))
-    assert seen.samplings == [(False, 1.5)]
+    _, processed = webui.run(tome=custom_args(), sampler=neo.NeoSampler(other_extension=seen))
+    assert seen.samplings == [(False, True)]
     assert processed.extra_generation_params["ToMe builtin"] == "disabled"
 
 
-@pytest.mark.parametrize("model", [neo.Flux, neo.QwenImage])
+@pytest.mark.parametrize("model", neo.TRANSFORMER_ENGINES, ids=lambda m: m.__name__)
 def test_model_without_a_unet_gets_a_note_and_the_host_image(model: type[neo.Flux]) -> None:
     engine = model()
-    p0, _ = forge.ForgeWebUI(engine, extension=False, lazy=False).run()
-    webui = forge.ForgeWebUI(engine, lazy=True)
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run()
+    webui = neo.NeoWebUI(engine, lazy=True)
     p, processed = webui.run(tome=custom_args())
     assert processed.extra_generation_params[NOTE] == f"not applied: {model.__name__} has no UNet to patch"
     assert all(torch.equal(a, b) for a, b in zip(p0.sampler.outputs(), p.sampler.outputs(), strict=True))
     assert errors.reported == []
 
 
-def test_off_is_bitwise_the_host_without_the_extension(engine: neo.Engine) -> None:
-    p0, _ = forge.ForgeWebUI(engine, extension=False, lazy=False).run(enable_hr=True, steps=2)
-    webui = forge.ForgeWebUI(engine, lazy=False)
+def test_off_is_bitwise_the_host_without_the_extension(engine: neo.StableDiffusion) -> None:
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run(enable_hr=True, steps=2)
+    webui = neo.NeoWebUI(engine, lazy=False)
     webui.run(tome=custom_args(), enable_hr=True, steps=2)
     off, processed = webui.run(tome=tome_args(False), enable_hr=True, steps=2)
     assert all(torch.equal(a, b) for a, b in zip(p0.sampler.outputs(), off.sampler.outputs(), strict=True))
     assert not any(key.startswith("ToMe") for key in processed.extra_generation_params)
+
+
+# ---------------------------------------------------------------------------------------------- Torch Compile
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Each test traces its own UNet: without a reset, the recompile limit makes dynamo fall back to eager."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def is_compiled(engine: neo.StableDiffusion) -> bool:
+    return isinstance(engine.forge_objects.unet.model.diffusion_model, torch._dynamo.eval_frame.OptimizedModule)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_torch_compile_integrated_is_never_silent(engine: neo.StableDiffusion) -> None:
+    """ToMe under Neo's compile merges (the images differ from the compiled ones without ToMe), or says why not."""
+    webui = neo.NeoWebUI(engine, lazy=False)
+    without, _ = webui.run(tome=tome_args(False), compile_preset="guard_filter_fn", steps=2)
+    assert is_compiled(engine)
+    with_tome, processed = webui.run(tome=custom_args(), steps=2)  # "Automatic": still compiled
+    assert is_compiled(engine)
+    merged = not all(torch.equal(a, b) for a, b in zip(without.sampler.outputs(), with_tome.sampler.outputs()))
+    note = processed.extra_generation_params.get(NOTE)
+    assert (note is None) == merged, note
+    assert note is None or "torch.compile" in note
+    assert errors.reported == []
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_torch_compile_disabled_in_the_same_generation_merges(engine: neo.StableDiffusion) -> None:
+    """Neo's script takes its wrapper off in `process_batch`, before ours patches: the UNet merges as without it."""
+    webui = neo.NeoWebUI(engine, lazy=False)
+    webui.run(tome=tome_args(False), compile_preset="guard_filter_fn", steps=2)
+    p, processed = webui.run(tome=custom_args(), compile_preset="Disable", steps=2)
+    assert not is_compiled(engine)
+    assert NOTE not in processed.extra_generation_params
+    assert [r.config for r in p.sampler.records] == [FIRST, FIRST]
+    assert not tome_core.is_patched(engine.forge_objects.unet.model.diffusion_model)

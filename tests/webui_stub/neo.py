@@ -1,60 +1,243 @@
-"""A Forge Neo-shaped stand-in (Haoming02/sd-webui-forge-classic, branch `neo`), on top of `webui_stub.forge`.
+"""A Forge Neo-shaped stand-in, on top of `webui_stub.forge`.
 
-Neo keeps Forge 2's model objects and callback order (read from its `modules/processing.py` and
-`modules/sd_models.py`, see docs/hosts.md): `sd_model.forge_objects.unet` is a patcher reset to
-`forge_objects_after_applying_lora` before every sampling, `apply_token_merging` adds `TomePatcher` attn1 patches
-when the ratio is above 0, and the hires pass calls `process_before_every_sampling` twice (the first call's patches
-are thrown away). What differs and is modelled here:
+Read from Neo's tree (`nolanlane/sd-webui-forge-classic` at 3df257ae13e3, a squashed copy of Haoming02's `neo`
+branch; see docs/hosts.md) and checked against it running here. Neo keeps Forge 2's model objects and callback order
+(`modules/processing.py`): `sd_model.forge_objects.unet` is a patcher reset to `forge_objects_after_applying_lora`
+before every sampling, `apply_token_merging` adds `TomePatcher` attn1 patches when the ratio is above 0, and the
+hires pass calls `process_before_every_sampling` twice (the first call's patches are thrown away). What differs from
+Forge 2, modelled here:
 
-* `apply_token_merging` also adds Neo's epsilon scaling (`EpsilonScaling.patch`, when the `scaling_factor` setting
-  is above 1 on an EPS model). Its source was not in the fetched index, so the stand-in only records it as a
-  model-level patch in `model_options` that must survive our removal of the built-in merging.
-* Neo loads models without a UNet (Flux, Qwen-Image, Wan): their `diffusion_model` is a transformer.
+* `modules/sd_models.py: apply_token_merging` then adds Neo's epsilon scaling (`backend/misc/eps.py:
+  EpsilonScaling.patch`) when the `scaling_factor` setting is above 1 and `sd_model.model_config.model_type.name`
+  is "EPS": a clone of the patcher with a function in `model_options["sampler_post_cfg_function"]`. Taking the
+  built-in off must keep it.
+* Engines (`backend/diffusion_engine/`): `StableDiffusion` and `StableDiffusionXL` hold an ldm UNet; the others hold
+  a transformer as `forge_objects.unet.model.diffusion_model` (Flux, Flux2, Chroma, Lumina2, ZImage, Anima, Wan,
+  QwenImage; `is_wan` on Wan, QwenImage and Anima). Neo loads no SD2.x checkpoint.
+* The built-in `Torch Compile Integrated` (`extensions-builtin/sd_forge_compile/scripts/compile.py`, loaded before
+  every user extension): `before_process_batch` puts the plain module back at `kmodel.diffusion_model` (for LoRA);
+  `process_batch` puts `torch.compile(module, ...)` there, kept from one generation to the next while its preset is
+  "Automatic" (the default, so also for API requests that do not name it) and removed by "Disable".
 """
 
 from __future__ import annotations
 
+import copy
+import types
+from dataclasses import dataclass
 from typing import Any
 
-from modules import shared
+import torch
+from modules import script_callbacks, scripts, sd_models, shared
 from torch import nn
 
-from webui_stub import forge
+import tome_core
+from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, TITLE
+from webui_stub import forge, harness
 
-EPS_KEY = "neo_epsilon_scaling"  # the stand-in's marker for Neo's epsilon scaling patch
 _forge_builtin = forge.apply_token_merging  # the tests put `apply_token_merging` below in its place
+POST_CFG = "sampler_post_cfg_function"
 
 
-class Engine(forge.Engine):
-    """Neo's SD1.5 / SDXL engines: Forge 2's shape plus `is_wan` and a model type."""
+class StableDiffusion(forge.Engine):
+    """Neo's SD1.5 engine (`backend/diffusion_engine/sd15.py`): Forge 2's shape plus `is_wan` and a model config."""
+
+    model_type = "EPS"
 
     def __init__(self, diffusion_model: nn.Module, *, is_sdxl: bool = False) -> None:
         super().__init__(diffusion_model, is_sdxl=is_sdxl)
         self.is_wan = False
-        self.model_type = "EPS"
+        self.model_config = types.SimpleNamespace(model_type=types.SimpleNamespace(name=self.model_type))
 
 
-class Flux(Engine):
-    """A transformer model (Flux; Qwen-Image and Wan are the same to us): no UNet."""
+class StableDiffusionXL(StableDiffusion):
+    def __init__(self, diffusion_model: nn.Module) -> None:
+        super().__init__(diffusion_model, is_sdxl=True)
+
+
+class Flux(StableDiffusion):
+    """A transformer model: no UNet. `model_type` as Neo's huggingface_guess model list gives it."""
+
+    model_type = "FLUX"
+    wan = False  # `is_wan`: the model uses the Wan VAE (5-D latents)
 
     def __init__(self) -> None:
         super().__init__(forge.NotAUNet())
-        self.model_type = "FLUX"
+        self.is_wan = self.wan
 
 
-class QwenImage(Flux):
+class Flux2(Flux):
     pass
+
+
+class Chroma(Flux):
+    pass
+
+
+class Lumina2(Flux):
+    model_type = "FLOW"
+
+
+class ZImage(Lumina2):
+    pass
+
+
+class Wan(Flux):
+    model_type = "FLOW"
+    wan = True
+
+
+class QwenImage(Wan):
+    pass
+
+
+class Anima(Flux):
+    model_type = "EPS"  # no override in the model list: the base class's EPS, so the epsilon scaling applies
+    wan = True
+
+
+TRANSFORMER_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Lumina2, ZImage, Anima, Wan, QwenImage)
+
+
+class EpsilonScaling:
+    @staticmethod
+    def patch(model: forge.UnetPatcher, scaling_factor: float) -> forge.UnetPatcher:
+        def epsilon_scaling_function(args: dict[str, torch.Tensor]) -> torch.Tensor:
+            x = args["input"]
+            return x - (x - args["denoised"]) / scaling_factor
+
+        clone = model.clone()
+        clone.model_options[POST_CFG] = [*clone.model_options.get(POST_CFG, []), epsilon_scaling_function]
+        return clone
 
 
 def apply_token_merging(engine: Any, ratio: float) -> None:
     """Neo's `sd_models.apply_token_merging`: the built-in merging, then its epsilon scaling."""
     _forge_builtin(engine, ratio)
     factor = float(shared.opts.data.get("scaling_factor", 1.0))
-    if factor > 1.0 and getattr(engine, "model_type", None) == "EPS":
-        clone = engine.forge_objects.unet.clone()
-        clone.model_options[EPS_KEY] = factor
-        engine.forge_objects.unet = clone
+    if factor > 1.0 and engine.model_config.model_type.name == "EPS":
+        engine.forge_objects.unet = EpsilonScaling.patch(engine.forge_objects.unet, factor)
 
 
-def epsilon_scaling(engine: Any) -> float | None:
-    return engine.forge_objects.unet.model_options.get(EPS_KEY)
+def epsilon_scaling(patcher: forge.UnetPatcher) -> bool:
+    """Whether Neo's epsilon scaling is on the patcher."""
+    return any("EpsilonScaling." in fn.__qualname__ for fn in patcher.model_options.get(POST_CFG, []))
+
+
+# ---------------------------------------------------------------------------------------------- Torch Compile
+
+
+COMPILE_TITLE = "Torch Compile Integrated"
+#: Neo's presets, each with the backend the stand-in compiles with instead of Neo's (inductor, cudagraphs): "eager"
+#: runs dynamo's tracing, guards and hook handling as Neo's do, without generating kernels (seconds, not minutes).
+PRESETS: dict[str, dict[str, Any]] = {
+    "guard_filter_fn": {"backend": "eager", "dynamic": False, "fullgraph": False},
+    "dynamic": {"backend": "eager", "dynamic": True, "fullgraph": False},
+    "cudagraphs": {"backend": "eager", "dynamic": True, "fullgraph": True},
+}
+
+
+class TorchCompileForForge(scripts.Script):
+    """Neo's built-in compile script: swaps `kmodel.diffusion_model` for a `torch.compile` wrapper per batch.
+
+    Neo's `__init__` also sets `torch._dynamo.config.cache_size_limit = 256` for the whole process, and its first
+    preset passes `options={"guard_filter_fn": ...}` (guards on `transformer_options` dropped); the stand-in changes
+    no global setting and keeps every guard.
+    """
+
+    def title(self) -> str:
+        return COMPILE_TITLE
+
+    def show(self, is_img2img: bool) -> Any:
+        return scripts.AlwaysVisible
+
+    def before_process_batch(self, p: Any, *args: Any, **kwargs: Any) -> None:
+        kmodel = p.sd_model.forge_objects.unet.model
+        if hasattr(kmodel, "_compile_config"):
+            kmodel._compiled_backup = kmodel.diffusion_model
+            kmodel.diffusion_model = kmodel._model_backup
+
+    def process_batch(self, p: Any, preset: str = "Automatic", *args: Any, **kwargs: Any) -> None:
+        kmodel = p.sd_model.forge_objects.unet.model
+        compiled = hasattr(kmodel, "_compile_config")
+        if not (compiled if preset == "Automatic" else preset != "Disable"):
+            if compiled:
+                self.restore(kmodel)
+            return
+        config = PRESETS.get(preset, getattr(kmodel, "_compile_config", None))
+        if compiled:
+            if kmodel._compile_config == config:
+                kmodel.diffusion_model = kmodel._compiled_backup
+                del kmodel._compiled_backup
+                return
+            self.restore(kmodel)
+        kmodel._model_backup = kmodel.diffusion_model
+        kmodel.diffusion_model = torch.compile(kmodel.diffusion_model, **config)
+        kmodel._compile_config = config
+
+    @staticmethod
+    def restore(kmodel: Any) -> None:
+        kmodel.diffusion_model = kmodel._model_backup
+        del kmodel._compile_config, kmodel._compiled_backup, kmodel._model_backup
+
+
+class NeoWebUI(forge.ForgeWebUI):
+    """The Forge stand-in with Neo's built-ins loaded before the extension, as `extensions-builtin/` is."""
+
+    def __init__(self, engine: Any, *, extension: bool = True, lazy: bool = True) -> None:
+        harness.reset()
+        scripts.scripts_data.append(scripts.ScriptClassData(TorchCompileForForge, "compile.py", "", None))
+        self.engine = engine
+        self.module = harness.load_extension() if extension else None
+        self.runners = {}
+        for tab, is_img2img in (("txt2img", False), ("img2img", True)):
+            runner = scripts.ScriptRunner()
+            runner.initialize_scripts(is_img2img)
+            counts = {COMPILE_TITLE: 1, TITLE: len(IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES)}
+            runner.setup_without_ui(counts if extension else {COMPILE_TITLE: 1})
+            self.runners[tab] = runner
+        if lazy:
+            sd_models.model_data.sd_model = forge.FakeInitialModel()
+        else:
+            sd_models.load(engine, main=True)
+
+    def make_p(
+        self,
+        tab: str,
+        tome: Any = None,
+        sampler: forge.ForgeSampler | None = None,
+        compile_preset: str = "Automatic",
+        **kwargs: Any,
+    ) -> Any:
+        p = super().make_p(tab, tome, sampler or NeoSampler(), **kwargs)
+        p.script_args = (p.script_args[0], compile_preset, *p.script_args[1:])
+        return p
+
+
+@dataclass
+class NeoSampler(forge.ForgeSampler):
+    """Forge's stand-in sampler, calling what Neo calls: `kmodel.diffusion_model`, a `torch.compile` wrapper while
+    Torch Compile Integrated is on (traced by dynamo for real, with the stand-in's eager backend)."""
+
+    def sample(self, p: Any, pass_name: str, steps: int) -> torch.Tensor:
+        engine = p.sd_model
+        if self.other_extension is not None:
+            engine.forge_objects.unet = self.other_extension(engine.forge_objects.unet)
+        size = 2 * self.latent if pass_name == "hires" else self.latent
+        g = torch.Generator().manual_seed(1234 + p.iteration)
+        x = torch.randn(2, 4, size, size, generator=g)
+        context = torch.randn(2, forge.CONTEXT_TOKENS, forge.CONTEXT_DIM, generator=g)
+        for step in range(steps):
+            script_callbacks.cfg_denoiser_callback(
+                script_callbacks.CFGDenoiserParams(None, None, None, step, steps, None, None, harness.Denoiser(p))
+            )
+            patcher = engine.forge_objects.unet
+            module = patcher.model.diffusion_model
+            options = copy.copy(patcher.model_options.get("transformer_options", {}))
+            t = torch.full((2,), 999.0 * (1 - step / steps))
+            with torch.no_grad():
+                x = module(x, t, context=context, transformer_options=options)
+            unet = getattr(module, "_orig_mod", module)
+            config = tome_core.get_config(unet) if isinstance(unet, forge.ForgeUNet) else None
+            self.records.append(forge.Sampled(pass_name, p.iteration, config, forge.builtin_patched(engine), x.clone()))
+        return x
