@@ -422,6 +422,63 @@ def test_v3_nodes_declare_the_same_inputs() -> None:
     assert out.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY) and NODE_DISPLAY_NAME_MAPPINGS[TOME_NODE]
 
 
+# ---------------------------------------------------------------------------------------------- node search
+
+
+def test_node_ids_stay_and_the_names_put_ours_first_in_comfyuis_node_search() -> None:
+    """The front-end ranks a node whose id or display name equals the query above one that only starts with it
+    (TomePatchModel, used more often, wins that tie): so the preset node's display name is exactly "ToMe", and the
+    advanced node's holds "token merging" (a query the built-in does not match). Saved workflows keep the ids."""
+    assert list(NODE_CLASS_MAPPINGS) == ["tome_ToMe", "tome_ToMeAdvanced"]
+    assert NODE_DISPLAY_NAME_MAPPINGS[TOME_NODE] == "ToMe"
+    assert "token merging" in NODE_DISPLAY_NAME_MAPPINGS[TOME_ADVANCED_NODE].lower()
+    assert not NODE_DISPLAY_NAME_MAPPINGS[TOME_ADVANCED_NODE].lower().startswith("tomepatch")
+    for cls in NODE_CLASS_MAPPINGS.values():
+        assert {"ToMe", "token merging"} <= set(cls.SEARCH_ALIASES)
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_v3_schema_gets_search_aliases_only_where_comfyui_takes_them(supported: bool) -> None:
+    seen: dict[str, Any] = {}
+
+    class IO:
+        class ComfyNode:
+            pass
+
+        class Model:
+            @staticmethod
+            def Input(name: str, **kw: Any) -> str:
+                return name
+
+            @staticmethod
+            def Output() -> str:
+                return "MODEL"
+
+        Combo = Model
+
+        if supported:
+
+            @staticmethod
+            def Schema(node_id: str, search_aliases: list[str] | None = None, **kw: Any) -> None:
+                seen.update(kw, node_id=node_id, search_aliases=search_aliases)
+        else:
+
+            @staticmethod
+            def Schema(  # the fields of ComfyUI 0.3.64's io.Schema that the nodes use
+                node_id: str,
+                display_name: str,
+                category: str,
+                description: str,
+                inputs: list[Any],
+                outputs: list[Any],
+            ) -> None:
+                seen.update(node_id=node_id, display_name=display_name)
+
+    v3_nodes(IO)[TOME_NODE].define_schema()
+    assert seen["node_id"] == TOME_NODE
+    assert ("token merging" in seen["search_aliases"]) if supported else ("search_aliases" not in seen)
+
+
 # ---------------------------------------------------------------------------------------------- the root entry point
 
 

@@ -8,12 +8,21 @@ ComfyUI: the input table and the adapter load when ComfyUI first asks for the in
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-#: Node ids (what workflows store) and the names ComfyUI shows.
+#: Node ids: what saved workflows and API prompts store; never renamed.
 TOME_NODE = "tome_ToMe"
 TOME_ADVANCED_NODE = "tome_ToMeAdvanced"
-DISPLAY_NAMES = {TOME_NODE: "ToMe (token merging)", TOME_ADVANCED_NODE: "ToMe (token merging, advanced)"}
+#: The names ComfyUI shows, which its node search ranks by. The front-end (comfyui-frontend-package 1.27) searches
+#: a node's id and display name only, and ranks a name equal to the query above one that starts with it, before it
+#: looks at how often a node is used; ComfyUI's built-in TomePatchModel starts with "tome" and has a usage count, we
+#: have none. So the preset node is called exactly "ToMe", the first hit for "tome" and "ToMe"; the advanced node
+#: carries "token merging", the first hit for that. docs/comfyui-contract.md has the front-end's ranking facts.
+DISPLAY_NAMES = {TOME_NODE: "ToMe", TOME_ADVANCED_NODE: "ToMe advanced (token merging)"}
+#: More words the node search finds both nodes by, where ComfyUI and its front-end support them: the classic
+#: `SEARCH_ALIASES` attribute and the V3 schema's `search_aliases` (newer than ComfyUI 0.3.64, which ignores them).
+SEARCH_ALIASES = ("ToMe", "token merging", "tomesd", "speed up sampling", "faster")
 CATEGORY = "model_patches/ToMe"
 DESCRIPTIONS = {
     TOME_NODE: "Token merging (ToMe for SD) on the model for the samplers it feeds: a speed preset, resolved for"
@@ -53,6 +62,7 @@ class TomeModel:
     FUNCTION = "patch"
     CATEGORY = CATEGORY
     DESCRIPTION = DESCRIPTIONS[TOME_NODE]
+    SEARCH_ALIASES = list(SEARCH_ALIASES)
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -73,6 +83,7 @@ class TomeModelAdvanced:
     FUNCTION = "patch"
     CATEGORY = CATEGORY
     DESCRIPTION = DESCRIPTIONS[TOME_ADVANCED_NODE]
+    SEARCH_ALIASES = list(SEARCH_ALIASES)
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -92,6 +103,15 @@ CLASSIC_NODES: dict[str, type] = {TOME_NODE: TomeModel, TOME_ADVANCED_NODE: Tome
 # ---------------------------------------------------------------------------------------------- V3 schema
 
 
+def _takes(func: Any, keyword: str) -> bool:
+    """Whether `func` (a class: its constructor) accepts `keyword`, by name or through **kwargs."""
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):  # no signature to read: pass nothing it may refuse
+        return False
+    return keyword in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
 def v3_nodes(io: Any) -> dict[str, type]:
     """The two nodes as V3 `io.ComfyNode` classes; `io` is ComfyUI's `comfy_api.latest.io`."""
     from tome_comfy.inputs import Widget, advanced_widgets, preset_widgets
@@ -106,6 +126,7 @@ def v3_nodes(io: Any) -> dict[str, type]:
         return number.Input(widget.name, min=widget.minimum, max=widget.maximum, step=widget.step, **common)
 
     def schema(node_id: str, widgets: tuple[Widget, ...]) -> Any:
+        search = {"search_aliases": list(SEARCH_ALIASES)} if _takes(io.Schema, "search_aliases") else {}
         return io.Schema(
             node_id=node_id,
             display_name=DISPLAY_NAMES[node_id],
@@ -113,6 +134,7 @@ def v3_nodes(io: Any) -> dict[str, type]:
             description=DESCRIPTIONS[node_id],
             inputs=[io.Model.Input("model", tooltip="The model to sample with ToMe."), *map(v3_input, widgets)],
             outputs=[io.Model.Output()],
+            **search,
         )
 
     class TomeModelV3(io.ComfyNode):
