@@ -355,6 +355,23 @@ def test_preset_input_lists_the_core_presets_by_label() -> None:
     assert extra["default"] == tome_core.get_preset(tome_core.DEFAULT_PRESET).label
 
 
+def test_preset_tooltip_gives_each_presets_measured_speed_up_and_image_change() -> None:
+    """Issue 25 section 2: the node's preset tooltip speaks the WebUI hint's words (the core's `preset_hint`, made
+    from `Preset.measured`): how much faster, how much the image changes, for each family."""
+    import importlib
+
+    hint = getattr(importlib.import_module("tome_core.presets"), "preset_hint", None)
+    if hint is None:
+        pytest.skip("this tome_core has no presets.preset_hint yet")
+    _, extra = NODE_CLASS_MAPPINGS[TOME_NODE].INPUT_TYPES()["required"]["preset"]
+    lines = extra["tooltip"].splitlines()
+    for preset in tome_core.presets():
+        (line,) = [line for line in lines if line.startswith(f"{preset.label}: ")]
+        assert line == f"{preset.label}: {hint(preset)}"
+        for measured in preset.measured.values():
+            assert f"about {measured.speedup:.3g}\u00d7 faster" in line
+
+
 def test_optional_fields_take_minus_one_as_none() -> None:
     config = config_from_inputs(defaults())
     assert config == tome_core.TomeConfig()

@@ -13,6 +13,7 @@ Two things ComfyUI's widgets cannot express directly:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,17 +88,26 @@ def preset_by_label() -> dict[str, Preset]:
     return {p.label: p for p in presets()}
 
 
+def preset_text(preset: Preset) -> str:
+    """What a user reads to choose `preset`, for both families (the node does not know the model yet): the core's
+    words with the measured speed-up and image change (`tome_core.presets.preset_hint`, the WebUI hint's source),
+    else, in a core without them, the preset's help."""
+    # The module, not `tome_core.presets`: the package's function of that name hides the submodule attribute.
+    hint = getattr(importlib.import_module("tome_core.presets"), "preset_hint", None)
+    return hint(preset) if callable(hint) else preset.help
+
+
 def preset_widgets() -> tuple[Widget, ...]:
     """The simple node's input: the preset, by label."""
     labels = tuple(preset_by_label())
     default = next(p.label for p in presets() if p.name == DEFAULT_PRESET)
-    help_text = " ".join(f"{p.label}: {p.help}" for p in presets())
+    help_text = "\n".join(f"{p.label}: {preset_text(p)}" for p in presets())
     return (
         Widget(
             "preset",
             "COMBO",
             default,
-            f"Speed against fidelity, resolved for the model's family. {help_text}",
+            f"Speed against fidelity, resolved for the model's family when sampling starts.\n{help_text}",
             options=labels,
         ),
     )
