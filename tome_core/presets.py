@@ -152,3 +152,153 @@ def get_preset(name: str) -> Preset:
         if preset.name == name:
             return preset
     raise ValueError(f"preset must be one of {', '.join(repr(p.name) for p in _PRESETS)}, got {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------- words for users
+# What a user reads to choose a preset, in the WebUI's hint under "Speed" and the ComfyUI node's tooltip alike: made
+# here from `Preset.measured` and `Preset.help`, so no figure of a preset is typed anywhere else.
+
+#: Transformer blocks per UNet level (1: the full latent, 2: the first downsampled level, ...) in each model
+#: family: SD1/SD2 have 2 down and 3 up at each of 1/1, 1/2 and 1/4 and one in the middle; SDXL none at 1/1, 10 at
+#: 1/2 and 60 at 1/4 (`tome_core.blocks_per_level` of the real UNets; the tests check it). For a UI that has no
+#: model at hand: `tome_core.describe_layout(FAMILY_LAYOUTS[family], ...)`.
+FAMILY_LAYOUTS: Mapping[str, Mapping[int, int]] = _frozen(
+    {"sd": _frozen({1: 5, 2: 5, 4: 5, 8: 1}), "sdxl": _frozen({2: 10, 4: 60})}
+)
+#: How users call each model family.
+FAMILY_LABELS: Mapping[str, str] = _frozen({"sd": "SD1/SD2", "sdxl": "SDXL"})
+
+
+def _preset(preset: Preset | str) -> Preset:
+    return preset if isinstance(preset, Preset) else get_preset(preset)
+
+
+def _families(family: str | None) -> tuple[str, ...]:
+    """The families to speak of: the model's alone when it is known, else every family."""
+    if family is None:
+        return FAMILIES
+    if family not in FAMILIES:
+        raise ValueError(f"model family must be one of {', '.join(map(repr, FAMILIES))} or None, got {family!r}")
+    return (family,)
+
+
+def preset_words(preset: Preset | str) -> str:
+    """The preset's own words for what a user chooses it for: its help up to the first colon or full stop
+    ("Smallest change to the image" for Quality)."""
+    text = _preset(preset).help
+    ends = [i for i in (text.find(": "), text.find(". "), len(text.rstrip("."))) if i >= 0]
+    return text[: min(ends)].strip()
+
+
+def describe_config(config: TomeConfig) -> str:
+    """What a config runs, in its own terms (cells, ratios, levels): the internals behind a hint, for custom settings
+    and for a preset's details."""
+    if config.is_noop:
+        return "no merging"
+    kv = config.mode == "kv"
+    parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"] if kv and config.merge_attn else []
+    kinds = [name for name, on in (("self", config.merge_attn and not kv), ("cross", config.merge_crossattn)) if on]
+    if kinds:
+        cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
+        parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
+    if config.merge_mlp:
+        where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
+        parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
+    if not kv:
+        parts.append(f"strides {config.sx}\u00d7{config.sy}")
+    parts.append(f"max downsample {config.max_downsample}")
+    if config.share_plan:
+        parts.append("one plan per stack")
+    if (config.step_start, config.step_end) != (0.0, 1.0):
+        parts.append(f"steps {config.step_start:g} to {config.step_end:g}")
+    return ", ".join(parts)
+
+
+def unmerged_levels(config: TomeConfig, family: str, width: int, height: int) -> tuple[int, ...]:
+    """The levels at which `config` selects blocks of a `family` model to merge tokens (ToMe's merge, the feed-forward)
+    but an image of `width` x `height` pixels is too small: the level's token grid is narrower or lower than one
+    `sx` x `sy` cell, which holds the one token the others merge into, so those blocks run unmerged (the patch plans
+    no merge without a destination; pooling keys/values needs no cell and runs at any size)."""
+    from tome_core.config import LEVELS, auto_levels
+
+    layout = FAMILY_LAYOUTS[family]
+    ratios = config.ratios_by_kind
+    if config.is_noop or not any(ratio > 0 for ratio in ratios.values()):
+        return ()
+    auto = auto_levels(layout)
+    out = []
+    for level in LEVELS:
+        if not layout.get(level) or not config.merges_level(level, auto):
+            continue
+        kinds = [kind for kind, ratio in ratios.items() if ratio > 0]
+        if level < config.mlp_min_downsample:
+            kinds = [kind for kind in kinds if kind != "mlp"]
+        rows, cols = -(-(height // 8) // level), -(-(width // 8) // level)  # the latent is pixels / 8, rounded up
+        if kinds and (rows < config.sy or cols < config.sx):
+            out.append(level)
+    return tuple(out)
+
+
+def preset_hint(preset: Preset | str, family: str | None = None, size: tuple[int, int] | None = None) -> str:
+    """What a user reads to choose `preset`: its own words, then how much faster it made whole generations and how
+    much it changed the image, as measured (`Preset.measured`), for the model `family` ("sd"/"sdxl") that runs it,
+    or for every family when that is not known (None). With `size` (width, height in pixels), a note when the
+    image is too small for the preset to merge at some level (`unmerged_levels`): it then gains less.
+
+    How much the image changes is the measured deviation of the final latent from the unmerged one, from a start
+    with a natural image's spectrum, as a percentage. Where and how the figures were measured is in
+    `preset_details`, e.g. for a tooltip. Example (Balanced, SD1/SD2 loaded, 512 x 512)::
+
+        The default. SD1/SD2: about 1.34× faster, the image changes by about 2.4%.
+    """
+    chosen = _preset(preset)
+    families = _families(family)
+    figures = []
+    for name in families:
+        measured = chosen.measured.get(name)
+        if measured is None:
+            figures.append(f"{FAMILY_LABELS[name]}: not measured")
+        else:
+            figures.append(
+                f"{FAMILY_LABELS[name]}: about {measured.speedup:.3g}\u00d7 faster, the image changes by about"
+                f" {100 * measured.deviation_natural:.2g}%"
+            )
+    text = f"{preset_words(chosen)}. {'; '.join(figures)}."
+    if size is not None:
+        where = []
+        for name in families:
+            config = chosen.config(name)
+            levels = unmerged_levels(config, name, *size)
+            if levels:
+                where.append(
+                    f"at level {' and '.join(map(str, levels))} on {FAMILY_LABELS[name]} (its"
+                    f" {config.sx}\u00d7{config.sy} cells do not fit there)"
+                )
+        if where:
+            text += (
+                f" At {size[0]}\u00d7{size[1]} px the image is too small for {chosen.label} to merge tokens"
+                f" {' or '.join(where)}, so it gains less."
+            )
+    return text
+
+
+def preset_details(preset: Preset | str, family: str | None = None) -> str:
+    """The internals behind `preset_hint`, one line per family (`family` alone when given): what the preset runs
+    (`describe_config`) and where its figures were measured, e.g. for a tooltip or a details line::
+
+        SD1/SD2: keys/values pooled over 4×4 cells, ... (measured: SD1.5 512 px, 10 Euler steps, CPU (2026-11-25):
+        1.34× faster, deviation 0.032 from white noise, 0.0244 from a natural-spectrum start)
+    """
+    chosen = _preset(preset)
+    lines = []
+    for name in _families(family):
+        line = f"{FAMILY_LABELS[name]}: {describe_config(chosen.config(name))}"
+        measured = chosen.measured.get(name)
+        if measured is not None:
+            line += (
+                f" (measured: {measured.setting}: {measured.speedup:.3g}\u00d7 faster, deviation"
+                f" {measured.deviation_noise:.3g} from white noise, {measured.deviation_natural:.3g} from a"
+                " natural-spectrum start)"
+            )
+        lines.append(line)
+    return "\n".join(lines)
