@@ -1,10 +1,13 @@
 // sd-webui-tome: hover hints, the Hires fix pass group's visibility, and the page values behind the token hint of
 // the ToMe accordion.
 //
-// The token hint itself is made in Python (tome_webui/ui.py, token_hint_html): tome_core counts the tokens, so no
-// figure or rule of the merging is restated here. What Python cannot see is the WebUI's own controls (the image
-// size, Hires fix and its upscale), so this script writes them as JSON into the accordion's hidden `page_values`
-// textbox whenever one of them changes; gradio then sends them with the ToMe controls to the note's handler.
+// The note and the token hint are made in Python (tome_webui/ui.py, note_html): tome_core counts the tokens and
+// the presets carry their figures, so no figure or rule of the merging is restated here. This script writes what
+// the note depends on as JSON into the accordion's hidden `page_values` textbox whenever it changes: the ToMe
+// controls' values, as gradio hands them over in the browser (their `.change` listeners, tome_webui/ui.py
+// changed_js), and the WebUI's own controls Python cannot see (the image size, Hires fix and its upscale). The
+// textbox's change calls the note's handler, which gets that JSON as the event's data and no inputs: gradio 4.40's
+// client warns about any call that sends inputs (tests/test_webui_events.py).
 //
 // No timers: everything reacts to events. The page values are sent once an edit ends (a DOM `change`, an `input`
 // from a script, a ToMe control's gradio change while the user is not typing into it), so the server sees one
@@ -120,9 +123,26 @@
     // the next edit is sent anyway. Checked when an edit comes, never by a timer.
     var LOST_AFTER_MS = 10000;
 
+    // tab -> the ToMe controls' values by item name ("preset", "ratio", ...): the values the page was built with
+    // (gradio's config), then as each change hands them over (onChanged).
+    var controls = {};
+
+    function initialControls(tab) {
+        var prefix = 'script_' + tab + '_tome_';
+        var values = {};
+        var components = (window.gradio_config && window.gradio_config.components) || [];
+        components.forEach(function(comp) {
+            var id = comp.props && comp.props.elem_id;
+            if (id && id.indexOf(prefix) === 0 && 'value' in comp.props) {
+                values[id.slice(prefix.length)] = comp.props.value;
+            }
+        });
+        return values;
+    }
+
     // The values as tome_webui/ui.py's PageValues reads them (but the send number), as JSON.
     function pageValues(tab) {
-        var values = {width: numberOf(tab + '_width'), height: numberOf(tab + '_height')};
+        var values = {width: numberOf(tab + '_width'), height: numberOf(tab + '_height'), controls: controls[tab]};
         if (tab === 'txt2img') {
             values.hires = hiresOn();
             values.hr_scale = numberOf('txt2img_hr_scale');
@@ -137,17 +157,15 @@
             app().querySelector('#script_' + tab + '_tome_page_values input');
     }
 
-    // Hand the values to gradio: the change of the hidden textbox runs the note's handler with every ToMe control.
-    // `force`: a ToMe control changed (the handler reads it itself), so send even when the page values did not; an
-    // edit of the WebUI's controls that left the values as they were sent (one click on Hires fix fires an `input`
-    // and a `change`) sends nothing. gradio drops an event while the same event's previous call is pending, so while
-    // a send is out the edit only waits (onNoteUpdate sends it once the answer is in): one call at a time, and none
-    // once the last is answered.
-    function send(tab, force) {
+    // Hand the values to gradio: the change of the hidden textbox runs the note's handler. Values as they were sent
+    // last are not sent again (one click on Hires fix fires an `input` and a `change`). gradio drops an event while
+    // the same event's previous call is pending, so while a send is out the edit only waits (onNoteUpdate sends it
+    // once the answer is in): one call at a time, and none once the last is answered.
+    function send(tab) {
         var box = pageValuesBox(tab);
         var own = state[tab];
         var values = pageValues(tab);
-        if (!box || (!force && !own.waiting && values === own.values)) {
+        if (!box || (!own.waiting && values === own.values)) {
             return;
         }
         if (own.sent > own.answered && Date.now() - own.sentAt < LOST_AFTER_MS) {
@@ -177,7 +195,7 @@
         }
         own.answered = answered;
         if (own.waiting && answered >= own.sent) {
-            send(tab, true);
+            send(tab);
         }
     }
 
@@ -212,23 +230,20 @@
 
     // --------------------------------------------------------------------------------------------- wiring
 
-    // tab -> whether a ToMe control changed (see send's `force`).
     var dirty = {};
 
     // The tabs to refresh once the current event is over: after its other handlers, as gradio copies a slider's
     // range to its number box and inputAccordion.js its visible checkbox to the hidden one in handlers of their
     // own. A microtask, not a timer: it runs as soon as this event is done, and once for a burst of events.
-    function schedule(tab, force) {
+    function schedule(tab) {
         var first = Object.keys(dirty).length === 0;
-        dirty[tab] = !!dirty[tab] || force;
+        dirty[tab] = true;
         if (first) {
             queueMicrotask(function() {
-                var tabs = dirty;
+                var tabs = Object.keys(dirty);
                 dirty = {};
                 syncHiresGroup();
-                Object.keys(tabs).forEach(function(name) {
-                    send(name, tabs[name]);
-                });
+                tabs.forEach(send);
             });
         }
     }
@@ -243,36 +258,41 @@
             return;
         }
         var tab = pageTab(target);
-        if (tab !== null) {
-            schedule(tab, false);
-            return;
+        if (tab === null) {
+            tab = ownTab(target);
+            if (tab === null || event.type !== 'change' || !isTextLike(target) || target === pageValuesBox(tab)) {
+                return;
+            }
         }
-        tab = ownTab(target);
-        if (tab !== null && event.type === 'change' && isTextLike(target) && target !== pageValuesBox(tab)) {
-            schedule(tab, true);
-        }
+        schedule(tab);
     }
 
     // A ToMe control's value changed in gradio (tome_webui/ui.py, changed_js): clicked, set by a script or from
-    // Python (pasted infotext), or typed. While the user is still typing into or dragging a ToMe control, the DOM
-    // `change` that ends the edit follows (onEdit).
+    // Python (pasted infotext), or typed; `detail` holds every control's value. While the user is still typing
+    // into or dragging a ToMe control, the DOM `change` that ends the edit follows (onEdit).
     function onChanged(event) {
-        var tab = event.detail;
-        if (TABS.indexOf(tab) === -1) {
+        var detail = event.detail || {};
+        var tab = detail.tab;
+        if (TABS.indexOf(tab) === -1 || !Array.isArray(detail.names) || !Array.isArray(detail.values)) {
             return;
         }
+        var own = controls[tab] = controls[tab] || {};
+        detail.names.forEach(function(name, index) {
+            own[name] = detail.values[index];
+        });
         var active = app().activeElement || document.activeElement;
         if (!(active && ownTab(active) === tab && isTextLike(active))) {
-            schedule(tab, true);
+            schedule(tab);
         }
     }
 
     onUiLoaded(function() {
+        TABS.forEach(function(tab) {
+            controls[tab] = initialControls(tab);
+        });
         TABS.forEach(applyHints);
         syncHiresGroup();
-        TABS.forEach(function(tab) {
-            send(tab, true);
-        });
+        TABS.forEach(send);
         app().addEventListener('input', onEdit);
         app().addEventListener('change', onEdit);
         document.addEventListener('tome_changed', onChanged);

@@ -2,8 +2,9 @@
 
 Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
 group shows only while the WebUI's Hires fix is on; the speed selectors show the detailed settings only for Custom;
-the token hint (made in Python from the page values tome.js sends) matches `tome_core.describe()` on the real SD1.5
-and SDXL UNet architectures as each control changes (width, height, Hires fix and its size, every ToMe setting
+for a preset, the note says in the user's words what it gains and changes, as `tome_core.presets.preset_hint` makes
+it from the measurements, for the size set (too small to merge somewhere: said); the token hint (made in Python from
+the values tome.js sends) matches `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as each control changes (width, height, Hires fix and its size, every ToMe setting
 and preset), for the first pass and the hires pass, with custom settings and with presets (per model family);
 tome.js starts no timer, and no interval runs on the page once it has loaded; after every kind of click (presets,
 Custom's controls, Hires fix, the size sliders) the page settles: the change's own round trips, then no call at all
@@ -37,6 +38,7 @@ import pytest
 
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, TomeConfig, describe, get_preset
+from tome_core.presets import preset_hint
 from tome_webui.params import field_of, spec
 from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP
 
@@ -215,6 +217,20 @@ def element(driver: Any, css: str) -> Any:
 
 def title_of(driver: Any, css: str) -> str:
     return driver.execute_script("var e = document.querySelector(arguments[0]); return e ? e.title : null;", css)
+
+
+def note_lines(driver: Any, tab: str = "txt2img") -> list[str]:
+    """The note's lines above the token hint (read as the text between its line breaks)."""
+    return driver.execute_script(
+        "var note = document.querySelector(arguments[0]);"
+        " return note ? note.innerHTML.split('<br>').map(function(part) {"
+        "   var div = document.createElement('div'); div.innerHTML = part; return div.textContent; }) : [];",
+        f"#{ours(tab, 'cap_note')} .tome-cap-note",
+    )
+
+
+def note_title(driver: Any, tab: str = "txt2img") -> str:
+    return title_of(driver, f"#{ours(tab, 'cap_note')} .tome-cap-note") or ""
 
 
 def hint_lines(driver: Any, tab: str = "txt2img") -> list[str]:
@@ -576,15 +592,24 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     def hires_line_is(text: str) -> None:
         wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
 
-    # The default preset: the detailed settings are hidden, the note and the hint describe the preset per family.
+    def note_is(text: str) -> None:
+        wait_for(f"the note {text!r}", lambda: note_lines(page), lambda lines: lines[:1] == [text])
+
+    # The default preset: the detailed settings are hidden; the note says in the user's words what the preset gains
+    # and changes (no model is loaded on this page: every family), the hint counts its tokens per family.
     assert not displayed(page, custom), "a preset is selected: the custom settings must be hidden"
     first_line_is(expected_families(512, 512, preset_configs(DEFAULT_PRESET)))
-    note = element(page, f"#{ours('txt2img', 'cap_note')} .tome-cap-note")
-    assert "SD1/SD2: " in note.text and "SDXL: " in note.text
+    note_is(preset_hint(DEFAULT_PRESET, None, (512, 512)))
+    assert "SD1/SD2: " in note_title(page) and "(measured: " in note_title(page)  # the internals, in its tooltip
     click_radio(page, ours("txt2img", "preset"), "fast")
     first_line_is(expected_families(512, 512, preset_configs("fast")))
+    note_is(preset_hint("fast", None, (512, 512)))
+    type_number(page, "txt2img_width", 96)  # too small for Fast's 4x4 cells at level 4: the note says so
+    note_is(preset_hint("fast", None, (96, 512)))
+    assert "too small for Fast" in note_lines(page)[0]
     type_number(page, "txt2img_width", 768)
     first_line_is(expected_families(768, 512, preset_configs("fast")))
+    note_is(preset_hint("fast", None, (768, 512)))
     click_radio(page, ours("txt2img", "preset"), "quality")  # kv mode on SDXL: keys/values
     first_line_is(expected_families(768, 512, preset_configs("quality")))
 
@@ -664,14 +689,14 @@ def test_the_page_settles_after_every_kind_of_click(page: Any, page_url: str, ta
     if tab == "txt2img":
         settles(page, page_url, "turning Hires fix on", lambda: toggle_accordion(page, "txt2img_hr", True), 1)
         settles(page, page_url, "typing an upscale", lambda: type_number(page, "txt2img_hr_scale", 1.5), 1)
-        settles(page, page_url, "clicking own hires settings", click("hr_mode", "own"), 2)
-        settles(page, page_url, "clicking a hires preset", click("hr_preset", "fastest"), 2)
+        settles(page, page_url, "clicking own hires settings", click("hr_mode", "own"), 1)
+        settles(page, page_url, "clicking a hires preset", click("hr_preset", "fastest"), 1)
         settles(page, page_url, "turning Hires fix off", lambda: toggle_accordion(page, "txt2img_hr", False), 1)
 
     def burst() -> None:  # clicks faster than the server answers
         for preset in ("fast", "custom", "fastest", "quality", "balanced"):
             click_radio(page, ours(tab, "preset"), preset)
 
-    settles(page, page_url, "five presets clicked in a row", burst, 10)
+    settles(page, page_url, "five presets clicked in a row", burst, 5)
     assert hint_answers_last_send(page, tab), "the hint must answer the last values sent"
     wait_for("the custom settings to hide", lambda: displayed(page, ours(tab, "custom")), lambda shown: not shown)

@@ -21,6 +21,7 @@ import tome_core
 import tome_webui
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
+from tome_core.presets import preset_details, preset_hint, unmerged_levels
 from tome_webui import ui
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, UI_PRESET_DEFAULT, defaults, ui_value
 
@@ -131,29 +132,52 @@ def test_cap_note_for_custom_settings() -> None:
     assert "tome-token-hint" not in kv  # no page values yet: no token hint
 
 
+def visible_text(note: str) -> str:
+    """The note's text as the page shows it (its tooltip aside)."""
+    body = re.sub(r'title="[^"]*"', "", note)
+    return html.unescape(re.sub(r"<[^>]+>", " ", body))
+
+
+def tooltip(note: str) -> str:
+    match = re.search(r'<div class="tome-cap-note[^"]*" title="([^"]*)"', note)
+    assert match is not None, note
+    return html.unescape(match.group(1))
+
+
 @pytest.mark.parametrize("name", [p.name for p in presets()])
-def test_note_for_a_preset_says_what_it_runs_per_family(name: str) -> None:
-    text = ui.note_html({"preset": name, "ratio": 0.1}, is_img2img=True)
-    configs = {family: get_preset(name).config(family) for family in FAMILIES}
-    assert (
-        f"SD1/SD2: {html.escape(ui.describe(configs['sd']))}<br>SDXL: {html.escape(ui.describe(configs['sdxl']))}"
-        in text
-    )
-    assert "0.10" not in text  # the hidden custom ratio is not what runs
+def test_note_for_a_preset_speaks_the_users_words(name: str) -> None:
+    """The note says what the preset gains and changes (tome_core.presets.preset_hint, from Preset.measured), for
+    the loaded model's family alone when it is known; what it runs is in the tooltip."""
+    unknown = ui.note_html({"preset": name, "ratio": 0.1}, is_img2img=True)
+    assert preset_hint(name) in visible_text(unknown)
+    assert tooltip(unknown) == preset_details(name)
+    assert "0.10" not in unknown  # the hidden custom ratio is not what runs
+    for family, other in (("sd", "SDXL"), ("sdxl", "SD1/SD2")):
+        loaded = ui.note_html({"preset": name}, is_img2img=True, family=family)
+        assert preset_hint(name, family) in visible_text(loaded) and other not in visible_text(loaded)
+        assert tooltip(loaded) == preset_details(name, family)
     assert "Hires pass" not in ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
+    # Too small to merge at some level: said, for the size the page sent
+    page = ui.PageValues.from_json(json.dumps({"width": 64, "height": 64, "send": 1}))
+    small = ui.note_html({"preset": name}, is_img2img=True, page=page, family="sd")
+    assert preset_hint(name, "sd", (64, 64)) in visible_text(small)
+    assert ("too small" in visible_text(small)) == bool(unmerged_levels(get_preset(name).config("sd"), "sd", 64, 64))
 
 
 def test_note_for_the_hires_pass_with_presets() -> None:
     own = ui.note_html({"preset": "quality", "hr_mode": "own", "hr_preset": "fastest"}, is_img2img=False)
-    for family, label in (("sd", "SD1/SD2"), ("sdxl", "SDXL")):
-        config = get_preset("fastest").config(family)
-        assert f"Hires pass, {label}: {html.escape(ui.describe(config))}" in own
+    assert f"Hires pass: {preset_hint('fastest')}" in visible_text(own)
+    assert tooltip(own) == "\n".join(
+        [preset_details("quality"), *(f"Hires pass, {line}" for line in preset_details("fastest").splitlines())]
+    )
     custom = ui.note_html(
         {"preset": "fast", "hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_max_downsample": "1"},
         is_img2img=False,
     )
     sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1)
-    assert f"Hires pass, SDXL: {html.escape(ui.describe(sdxl))}" in custom
+    assert f"Hires pass, SDXL: {ui.describe(sdxl)}" in visible_text(custom)
+    loaded = ui.note_html({"preset": "fast", "hr_mode": "own", "hr_preset": "custom"}, is_img2img=False, family="sd")
+    assert "Hires pass, SD1/SD2: " in visible_text(loaded) and "SDXL" not in visible_text(loaded)
     assert "Hires pass: no merging" in ui.note_html({"preset": "fast", "hr_mode": "off"}, is_img2img=False)
 
 
@@ -274,66 +298,72 @@ def test_describe() -> None:
     assert ui.describe(TomeConfig(ratio=0.0)) == "no merging"
 
 
-def test_visibility_handlers() -> None:
-    assert ui.hires_visibility("own")["visible"] is True
-    assert ui.hires_visibility("same")["visible"] is False
-    assert ui.custom_visibility("custom")["visible"] is True
-    assert all(ui.custom_visibility(p.name)["visible"] is False for p in presets())
-
-
 @pytest.mark.parametrize("is_img2img", [False, True])
 def test_handlers_are_wired_to_the_right_controls(script_classes: list[type], is_img2img: bool) -> None:
-    """The speed selectors show and hide the detailed settings; every control the note reads updates it."""
+    """The speed selectors show and hide the detailed settings in the browser; every control the note reads hands
+    its values to javascript/tome.js in the browser; the note's one call takes the page's JSON as event data."""
     script = make_script(script_classes, is_img2img)
     with gr.Blocks() as demo:
         components = dict(zip(IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES, script.ui(is_img2img), strict=True))
     by_id = {block._id: block for block in demo.blocks.values()}
-    handlers: dict[tuple[str, str], tuple[list[Any], list[Any], Any]] = {}
+    tab = "img2img" if is_img2img else "txt2img"
+    events: dict[tuple[str, str], list[tuple[dict[str, Any], Any]]] = {}
     for dependency, fn in zip(demo.dependencies, demo.fns, strict=True):
         for target in dependency["targets"]:
             control = by_id[target[0] if isinstance(target, (list, tuple)) else target]
-            outputs = [by_id[i] for i in dependency["outputs"]]
-            inputs = [by_id[i] for i in dependency["inputs"]]
-            if fn.fn is not None and outputs:
-                handlers[(getattr(control, "elem_id", None) or "", outputs[0].elem_id)] = (inputs, outputs, fn.fn)
-    tab = "img2img" if is_img2img else "txt2img"
+            outputs = [by_id[i].elem_id for i in dependency["outputs"]]
+            events.setdefault((control.elem_id, outputs[0] if outputs else ""), []).append((dependency, fn.fn))
 
-    def handler(source: str, target: str) -> tuple[list[Any], list[Any], Any]:
-        return handlers[(ui.elem_id(tab, source), ui.elem_id(tab, target))]
+    def event(source: str, target: str) -> tuple[dict[str, Any], Any]:
+        (found,) = events[(ui.elem_id(tab, source), ui.elem_id(tab, target) if target else "")]
+        return found
 
-    inputs, _, fn = handler("preset", "custom")
-    assert inputs == [components["preset"]] and fn("custom")["visible"] and not fn("fast")["visible"]
+    shown = [("preset", "custom", "custom")]
     if not is_img2img:
-        assert handler("hr_mode", "hr_settings")[2]("own")["visible"]
-        inputs, _, fn = handler("hr_preset", "hr_custom")
-        assert inputs == [components["hr_preset"]] and fn("custom")["visible"]
-    # The note is recomputed when tome.js writes the page values (last of the handler's inputs)...
-    inputs, _, fn = handler("page_values", "cap_note")
-    assert inputs[:-1] == [components[n] for n in ui.note_args(is_img2img)]
-    assert inputs[-1].elem_id == ui.elem_id(tab, "page_values") and inputs[-1].visible is False
-    values = [c.value for c in inputs[:-1]]
-    names = ui.note_args(is_img2img)
-    assert fn(*values, "") == ui.note_html(dict(zip(names, values)), is_img2img=is_img2img)
-    page = '{"width": 640, "height": 512, "send": 3}'
-    assert fn(*values, page) == ui.note_html(
-        dict(zip(names, values)), is_img2img=is_img2img, page=ui.PageValues.from_json(page)
+        shown += [("hr_mode", "hr_settings", "own"), ("hr_preset", "hr_custom", "custom")]
+    for source, target, value in shown:
+        dependency, fn = event(source, target)
+        assert fn is None and not dependency["backend_fn"] and dependency["js"] == ui.visibility_js(value)
+        assert [by_id[i] for i in dependency["inputs"]] == [components[source]]
+    assert 'value === "custom"' in ui.visibility_js("custom")
+    # The note: one call, no inputs, the page's JSON as the event's data.
+    dependency, fn = event("page_values", "cap_note")
+    assert dependency["backend_fn"] and dependency["inputs"] == []
+    assert (
+        by_id[
+            dependency["targets"][0][0] if isinstance(dependency["targets"][0], list) else dependency["targets"][0]
+        ].visible
+        is False
     )
-    assert 'data-tome-send="3"' in fn(*values, page)
-    # ...which it does once an edit of a control the note reads ends: each reports its changes in the browser.
-    listeners = {
-        block.elem_id: dependency["js"]
-        for dependency in demo.dependencies
-        for target in dependency["targets"]
-        if (block := by_id[target[0] if isinstance(target, (list, tuple)) else target]) is not None
-        and dependency["backend_fn"] is False
-    }
-    for name in ui.note_args(is_img2img):
-        assert listeners[ui.elem_id(tab, name)] == ui.changed_js(tab)
-    assert f"'tome_changed', {{detail: \"{tab}\"}}" in ui.changed_js(tab)
+    names = ui.note_args(is_img2img)
+    page = json.dumps({"width": 640, "height": 512, "send": 3, "controls": {"preset": "custom", "ratio": 0.3}})
+    assert fn(gr.EventData(None, page)) == ui.note_for_page(page, is_img2img=is_img2img)
+    assert fn(gr.EventData(None, page)) == ui.note_html(
+        {"preset": "custom", "ratio": 0.3}, is_img2img=is_img2img, page=ui.PageValues.from_json(page)
+    )
+    assert 'data-tome-send="3"' in fn(gr.EventData(None, page))
+    assert fn(gr.EventData(None, "")) == ui.note_html({}, is_img2img=is_img2img)  # before tome.js wrote any
+    # Every control the note reads hands the values of all of them over in the browser when it changes.
+    for name in names:
+        dependency, fn = event(name, "")
+        assert fn is None and not dependency["backend_fn"] and dependency["js"] == ui.changed_js(tab, names)
+        assert [by_id[i] for i in dependency["inputs"]] == [components[n] for n in names]
+    assert f"'tome_changed', {{detail: {{tab: \"{tab}\", names: {json.dumps(list(names))}" in ui.changed_js(tab, names)
     # at the defaults (a preset), the custom columns start hidden, the note describes the preset
     assert [b.visible for b in demo.blocks.values() if getattr(b, "elem_id", None) == ui.elem_id(tab, "custom")] == [
         False
     ]
+
+
+def test_controls_unknown_to_the_note_are_ignored_and_bad_ones_logged(caplog: pytest.LogCaptureFixture) -> None:
+    page = {"width": 512, "height": 512, "send": 1, "controls": {"enable-checkbox": True, "page_values": ""}}
+    assert ui.note_for_page(json.dumps(page), is_img2img=True) == ui.note_html(
+        {}, is_img2img=True, page=ui.PageValues.from_json(json.dumps(page))
+    )
+    assert ui.PageValues.from_json(json.dumps({**page, "controls": [1]})) is None
+    assert any("page values" in r.message for r in caplog.records if r.name == "tome")
+    bad = ui.note_for_page(json.dumps({**page, "controls": {"sx": "two", "preset": "custom"}}), is_img2img=True)
+    assert "invalid settings: sx must be an integer in [1, 8], got &#x27;two&#x27;" in bad
 
 
 def test_no_tooltip_kwarg_without_the_webui_patch() -> None:

@@ -8,17 +8,20 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
                        `<id>-visible-checkbox` in its label
     preset             radio "Speed": Quality / Balanced / Fast / Fastest / Custom (values: the preset names
                        of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
-    cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, what it runs on SD1/SD2 and on
-                       SDXL; for Custom, the ratio actually merged and whether the strides cap it (class
-                       `tome-capped` when they do), or the pooling in kv mode; plus the Hires fix pass where it
-                       differs from the first pass. Once javascript/tome.js has sent the image size (`page_values`),
-                       it is followed by the token hint, a `div.tome-token-hint` with the id of the item
-                       `token_hint`: the tokens per attention layer before and after merging, per pass, counted by
-                       `tome_core.describe`
-    page_values        hidden textbox: javascript/tome.js writes the WebUI's own controls the token hint needs
-                       into it as JSON (`PageValues`) whenever an edit of those or of the ToMe controls ends (the
-                       latter report changes with a `tome_changed` event, `changed_js`); its change recomputes the
-                       note
+    cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, in the user's words what it
+                       gains and changes for the loaded model's family (both families while none is known), as
+                       measured (`tome_core.presets.preset_hint`), and a note when the image is too small for it to
+                       merge at some level, with what it runs in the note's tooltip (`preset_details`); for Custom,
+                       the ratio actually merged and whether the strides cap it (class `tome-capped` when they do),
+                       or the pooling in kv mode; plus the Hires fix pass where it differs from the first pass.
+                       Once javascript/tome.js has sent the image size (`page_values`), it is followed by the token
+                       hint, a `div.tome-token-hint` with the id of the item `token_hint`, the details line: the
+                       tokens per attention layer before and after merging, per pass, counted by
+                       `tome_core.describe_layout`
+    page_values        hidden textbox: javascript/tome.js writes into it, as JSON (`PageValues`), the values of
+                       the controls the note reads, as their `.change` events hand them to it in the browser
+                       (`changed_js`), and the WebUI's own controls the token hint needs, whenever an edit of one
+                       ends; its change recomputes the note, the JSON coming as the event's data (no inputs)
     custom             the column of the detailed settings, shown only for Custom, holding:
     ratio, max_downsample, sx, sy, mode
                        the main controls
@@ -34,6 +37,11 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
 
 Help texts are the `FieldSpec.help` strings (and `PRESET_HELP`, `HIRES_PRESET_HELP`); they are passed as
 `tooltip=` only where the WebUI's patched gradio takes it (otherwise hints are left to javascript/).
+
+Events: each sends exactly what its endpoint declares, so no gradio client warns ("Too many arguments provided for
+the endpoint." in gradio 4.40, whose client finds no parameters for a call by fn_index): the visibility of the
+detailed settings and the controls' change reports run in the browser alone (`_js`, no call), and the note's one
+call sends no inputs, its JSON coming as the event's data (`gr.EventData`).
 """
 
 from __future__ import annotations
@@ -42,12 +50,21 @@ import html
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import tome_core
 from tome_core import FAMILIES, TomeConfig, presets
+from tome_core.presets import (
+    FAMILY_LABELS,
+    FAMILY_LAYOUTS,
+    describe_config,
+    preset_details,
+    preset_hint,
+    unmerged_levels,
+)
 from tome_webui import compat, infotext
+from tome_webui.hosts import host_of
 from tome_webui.params import (
     CUSTOM,
     FIELD_NAMES,
@@ -76,12 +93,9 @@ HIRES_LABEL = "Hires fix pass"
 PRESET_LABEL = "Speed"
 HIRES_PRESET_LABEL = "Hires speed"
 PAGE_VALUES_LABEL = "ToMe page values"
-FAMILY_LABELS: Mapping[str, str] = {"sd": "SD1/SD2", "sdxl": "SDXL"}
-#: Transformer blocks per UNet level (1: the full latent, 2: the first downsampled level, ...) in each model
-#: family: SD1/SD2 have 2 down and 3 up at each of 1/1, 1/2 and 1/4 and one in the middle; SDXL none at 1/1,
-#: 10 at 1/2 and 60 at 1/4. The token hint's figures come from `tome_core.describe_layout` on these layouts;
-#: tests check them against the real architectures (`tome_core.blocks_per_level`).
-FAMILY_LAYOUTS: Mapping[str, Mapping[int, int]] = {"sd": {1: 5, 2: 5, 4: 5, 8: 1}, "sdxl": {2: 10, 4: 60}}
+#: `FAMILY_LAYOUTS` (tome_core.presets): the token hint's figures come from `tome_core.describe_layout` on these
+#: layouts; tests check them against the real architectures (`tome_core.blocks_per_level`).
+describe = describe_config
 PRESET_HELP = (
     "Speed against fidelity: each preset is a point measured on the speed/deviation frontier, resolved for the"
     " model that runs each pass (SD1/SD2 or SDXL). "
@@ -226,7 +240,7 @@ def build(script: Any, is_img2img: bool) -> list[Any]:
             add_rows(tuple(n for n in MAIN_FIELDS if n != "ratio"))
             with gr.Accordion("Advanced", open=False, elem_id=script.elem_id("advanced")):
                 add_rows(ADVANCED_FIELDS)
-        _on_change(made["preset"], custom_visibility, [made["preset"]], [custom])
+        _shown_for(made["preset"], CUSTOM, custom)
         if not is_img2img:
             with gr.Group(elem_id=script.elem_id("hires")):
                 made["hr_mode"] = gr.Radio(
@@ -243,23 +257,17 @@ def build(script: Any, is_img2img: bool) -> list[Any]:
                         with gr.Row():
                             add(("hr_ratio",))
                         add_rows(tuple(n for n in HIRES_ARGS if n != "hr_ratio"))
-            _on_change(made["hr_mode"], hires_visibility, [made["hr_mode"]], [own])
-            _on_change(made["hr_preset"], custom_visibility, [made["hr_preset"]], [hr_custom])
+            _shown_for(made["hr_mode"], "own", own)
+            _shown_for(made["hr_preset"], CUSTOM, hr_custom)
     # The note is recomputed when javascript/tome.js writes the page values, which it does once an edit ends, not
-    # on every keystroke or slider step: gradio 3 drops an event's call while its previous call is pending, so
-    # a handler on each control's change would often miss the last value typed. What the controls tell it: that
-    # their value changed, also when set from Python (pasted infotext), in the browser alone (no server call).
-    note_inputs = [*(made[name] for name in note_names), page_values]
-    page_values.change(
-        fn=note_function(is_img2img),
-        inputs=note_inputs,
-        outputs=[note],
-        show_progress="hidden",
-        queue=False,
-    )
-    changed = changed_js("img2img" if is_img2img else "txt2img")
+    # on every keystroke or slider step, and with one call at a time: gradio 3 drops an event's call while its
+    # previous call is pending. What the controls hand it, in the browser alone (no server call): their values,
+    # whenever one changes, also when set from Python (pasted infotext).
+    page_values.change(fn=note_function(is_img2img), inputs=[], outputs=[note], show_progress="hidden", queue=False)
+    changed = changed_js("img2img" if is_img2img else "txt2img", note_names)
+    controls = [made[name] for name in note_names]
     for name in note_names:
-        made[name].change(fn=None, _js=changed, inputs=[], outputs=[], queue=False)
+        made[name].change(fn=None, _js=changed, inputs=controls, outputs=[], queue=False)
 
     components = [made[name] for name in names]
     script.infotext_fields = infotext.paste_fields(components, names)
@@ -267,49 +275,69 @@ def build(script: Any, is_img2img: bool) -> list[Any]:
     return components
 
 
-def _on_change(control: Any, fn: Callable[..., Any], inputs: list[Any], outputs: list[Any]) -> None:
-    """`.change` also fires for values set from Python (a pasted infotext), so visibility follows pastes."""
-    control.change(fn=fn, inputs=inputs, outputs=outputs, show_progress="hidden", queue=False)
+def _shown_for(control: Any, value: str, target: Any) -> None:
+    """Show `target` only while `control` holds `value`, in the browser alone. `.change` also fires for values set
+    from Python (a pasted infotext), so the visibility follows pastes."""
+    control.change(fn=None, _js=visibility_js(value), inputs=[control], outputs=[target], queue=False)
 
 
-def changed_js(tab: str) -> str:
-    """The browser-side change listener of the controls the note reads: a `tome_changed` event on the document,
-    its `detail` the tab, for javascript/tome.js."""
-    return f"() => {{ document.dispatchEvent(new CustomEvent('tome_changed', {{detail: {json.dumps(tab)}}})); return []; }}"
+def visibility_js(value: str) -> str:
+    """The browser-side `.change` listener that shows its output only while the control holds `value`."""
+    return f"(value) => ({{__type__: 'update', visible: value === {json.dumps(value)}}})"
 
 
-def hires_visibility(mode: Any) -> dict[str, Any]:
-    """Show the hires settings only in "own" mode."""
-    import gradio as gr
-
-    return gr.update(visible=mode == "own")
-
-
-def custom_visibility(preset: Any) -> dict[str, Any]:
-    """Show the detailed settings only for Custom."""
-    import gradio as gr
-
-    return gr.update(visible=preset == CUSTOM)
+def changed_js(tab: str, names: Sequence[str]) -> str:
+    """The browser-side change listener of the controls the note reads (its inputs: those controls, in `names`
+    order): a `tome_changed` event on the document for javascript/tome.js, its `detail` the tab and the values."""
+    detail = f"{{tab: {json.dumps(tab)}, names: {json.dumps(list(names))}, values: values}}"
+    return f"(...values) => {{ document.dispatchEvent(new CustomEvent('tome_changed', {{detail: {detail}}})); return []; }}"
 
 
 # ---------------------------------------------------------------------------------------------- the note
 
 
 def note_args(is_img2img: bool) -> tuple[str, ...]:
-    """The controls whose values the note shows, in the order `note_function` takes them."""
+    """The controls whose values the note reads (javascript/tome.js sends them by name, `PageValues.controls`)."""
     return NOTE_ARGS if is_img2img else (*NOTE_ARGS, *HIRES_NOTE_ARGS)
 
 
-def note_function(is_img2img: bool) -> Callable[..., str]:
-    """The note's change handler: the values of `note_args(is_img2img)` and then the page values' JSON (the
-    `page_values` textbox), positionally, to HTML."""
-    names = note_args(is_img2img)
+def note_function(is_img2img: bool) -> Callable[[Any], str]:
+    """The note's handler: the page values' JSON (the `page_values` textbox, whose change fires it) to HTML, for
+    the loaded model's family. It takes no inputs (see the module docstring): the JSON comes as the event's data,
+    which gradio (3.41 and 4.x) hands to a parameter annotated `gr.EventData` as the changed textbox's value."""
+    import gradio as gr
 
-    def handler(*values: Any) -> str:
-        *controls, page = values
-        return note_html(dict(zip(names, controls)), is_img2img=is_img2img, page=PageValues.from_json(page))
+    def handler(event: Any) -> str:
+        return note_for_page(getattr(event, "_data", None), is_img2img=is_img2img, family=loaded_family())
 
+    handler.__annotations__ = {"event": gr.EventData, "return": str}  # gradio finds EventData by annotation
     return handler
+
+
+def note_for_page(text: Any, *, is_img2img: bool, family: str | None = None) -> str:
+    """The note for the JSON javascript/tome.js wrote (`PageValues`): the controls' values in it, the token hint
+    for its sizes; the note at the controls' defaults before it wrote any."""
+    page = PageValues.from_json(text)
+    names = note_args(is_img2img)
+    values = {name: value for name, value in (page.controls if page else {}).items() if name in names}
+    return note_html(values, is_img2img=is_img2img, page=page, family=family)
+
+
+def loaded_family() -> str | None:
+    """The model family ("sd"/"sdxl") of the model the WebUI has loaded; None while none is (a placeholder, no
+    UNet, a model of no known family)."""
+    model = compat.current_model()
+    if model is None:
+        return None
+    host = host_of(model)
+    unet = None if host.is_placeholder(model) else host.unet(model)
+    if unet is None:
+        return None
+    try:
+        return tome_core.model_family(unet)
+    except (TypeError, ValueError) as exc:
+        log.debug("ToMe: no model family for the speed hint: %s", exc)
+        return None
 
 
 def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
@@ -320,29 +348,6 @@ def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
     job = resolve([named[name] for name in arg_names(is_img2img)], is_img2img=is_img2img)
     assert job is not None
     return job
-
-
-def describe(config: TomeConfig) -> str:
-    """What a config does, in a few words."""
-    if config.is_noop:
-        return "no merging"
-    kv = config.mode == "kv"
-    parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"] if kv and config.merge_attn else []
-    kinds = [name for name, on in (("self", config.merge_attn and not kv), ("cross", config.merge_crossattn)) if on]
-    if kinds:
-        cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
-        parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
-    if config.merge_mlp:
-        where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
-        parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
-    if not kv:
-        parts.append(f"strides {config.sx}\u00d7{config.sy}")
-    parts.append(f"max downsample {config.max_downsample}")
-    if config.share_plan:
-        parts.append("one plan per stack")
-    if (config.step_start, config.step_end) != (0.0, 1.0):
-        parts.append(f"steps {config.step_start:g} to {config.step_end:g}")
-    return ", ".join(parts)
 
 
 def _custom_line(prefix: str, config: TomeConfig) -> tuple[str, bool]:
@@ -366,9 +371,11 @@ def note_html(
     *,
     is_img2img: bool,
     page: PageValues | None = None,
+    family: str | None = None,
 ) -> str:
     """HTML for the note under the speed selector (see the module docstring), from the `note_args` values; with
-    the `page` values, the token hint follows it."""
+    the `page` values, the token hint follows it. `family`: the loaded model's ("sd"/"sdxl"), None when unknown
+    (then every family is shown)."""
     try:
         job = note_job(values, is_img2img=is_img2img)
     except TomeArgsError as exc:
@@ -376,38 +383,58 @@ def note_html(
         if page is None:
             return note
         return note + token_hint_html(None, page, is_img2img=is_img2img)
+    size = page.size() if page is not None else None
     lines: list[tuple[str, bool]] = []
+    details: list[str] = []
     if job.needs_family(False):
-        configs = {family: job.pass_config(False, family) for family in FAMILIES}
-        lines += [(f"{FAMILY_LABELS[f]}: {describe(c)}", c.is_capped) for f, c in configs.items() if c is not None]
+        lines.append((preset_hint(job.preset, family, size), False))
+        details.append(preset_details(job.preset, family))
     else:
         lines.append(_custom_line("", job.first))
     if not is_img2img:
-        lines += _hires_lines(job)
-    note = _html(lines)
+        hires_size = page.hires_size() if page is not None else None
+        hires_lines, hires_details = _hires_lines(job, family, hires_size)
+        lines += hires_lines
+        details += hires_details
+    note = _html(lines, title="\n".join(details))
     if page is None:
         return note
-    return note + token_hint_html(job, page, is_img2img=is_img2img)
+    return note + token_hint_html(job, page, is_img2img=is_img2img, family=family)
 
 
-def _hires_lines(job: TomeJob) -> list[tuple[str, bool]]:
+def _families(family: str | None) -> tuple[str, ...]:
+    return FAMILIES if family is None else (family,)
+
+
+def _hires_lines(
+    job: TomeJob, family: str | None, size: tuple[int, int] | None
+) -> tuple[list[tuple[str, bool]], list[str]]:
+    """The hires pass's lines where it differs from the first pass, and its details."""
     if job.hires_mode == "off":
-        return [("Hires pass: no merging", False)]
+        return [("Hires pass: no merging", False)], []
     if not job.needs_family(True):
         hires = job.pass_config(True)
-        return [_custom_line("Hires pass: ", hires)] if job.hires_mode == "own" and hires is not None else []
-    configs = {family: job.pass_config(True, family) for family in FAMILIES}
+        return ([_custom_line("Hires pass: ", hires)] if job.hires_mode == "own" and hires is not None else []), []
+    configs = {f: job.pass_config(True, f) for f in _families(family)}
     if job.hires_mode == "same" and all(c == job.pass_config(False, f) for f, c in configs.items()):
-        return []
-    return [
-        (f"Hires pass, {FAMILY_LABELS[f]}: {describe(c)}", c.is_capped) for f, c in configs.items() if c is not None
+        return [], []
+    if job.hires_preset != CUSTOM and not job.hires_changes:  # a preset of its own
+        return [(f"Hires pass: {preset_hint(job.hires_preset, family, size)}", False)], [
+            f"Hires pass, {line}" for line in preset_details(job.hires_preset, family).splitlines()
+        ]
+    lines = [
+        (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c)}", c.is_capped)
+        for f, c in configs.items()
+        if c is not None
     ]
+    return lines, []
 
 
-def _html(lines: Sequence[tuple[str, bool]]) -> str:
+def _html(lines: Sequence[tuple[str, bool]], title: str = "") -> str:
     capped = any(flag for _, flag in lines)
     body = "<br>".join(html.escape(text) for text, _ in lines)
-    return f'<div class="tome-cap-note{" tome-capped" if capped else ""}">{body}</div>'
+    tip = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return f'<div class="tome-cap-note{" tome-capped" if capped else ""}"{tip}>{body}</div>'
 
 
 # ---------------------------------------------------------------------------------------------- the token hint
@@ -415,11 +442,14 @@ def _html(lines: Sequence[tuple[str, bool]]) -> str:
 
 @dataclass(frozen=True)
 class PageValues:
-    """The WebUI's own controls the token hint needs, as javascript/tome.js reads them from the page.
+    """What javascript/tome.js sends the note: the values of the controls the note reads and the WebUI's own
+    controls the token hint needs.
 
-    `hires` is whether the Hires fix is on, None where the page has no such control (img2img, another UI); the
-    `hr_*` values are the WebUI's "Upscale by", "Resize width to" and "Resize height to". `send` numbers the
-    page's sends: it makes each one a change, and the hint echoes it.
+    `controls` maps an item of the accordion (`preset`, `ratio`, ...) to its value as gradio handed it to the page
+    (tome.js starts from the values the page was built with); the note's handler takes those it reads. `hires` is
+    whether the Hires fix is on, None where the page has no such control (img2img, another UI); the `hr_*` values
+    are the WebUI's "Upscale by", "Resize width to" and "Resize height to". `send` numbers the page's sends: it
+    makes each one a change, and the hint echoes it.
     """
 
     width: float | None = None
@@ -429,6 +459,7 @@ class PageValues:
     hr_resize_x: float | None = None
     hr_resize_y: float | None = None
     send: int = 0
+    controls: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: Any) -> PageValues | None:
@@ -445,6 +476,7 @@ class PageValues:
                 hr_resize_x=_number(raw.get("hr_resize_x")),
                 hr_resize_y=_number(raw.get("hr_resize_y")),
                 send=int(_number(raw.get("send")) or 0),
+                controls=_controls(raw.get("controls")),
             )
         except (ValueError, AttributeError) as exc:  # (JSONDecodeError is a ValueError)
             log.warning("ToMe: unreadable page values from javascript/tome.js (%s): %r", exc, text)
@@ -478,6 +510,15 @@ class PageValues:
         return out if min(out) >= 8 else None
 
 
+def _controls(value: Any) -> dict[str, Any]:
+    """The controls' values from the page's JSON: an object of item names; ValueError for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"expected an object of the controls' values, got {value!r}")
+    return dict(value)
+
+
 def _number(value: Any) -> float | None:
     """A number from the page's JSON (JavaScript's NaN arrives as null); ValueError for anything else."""
     if value is None:
@@ -488,27 +529,33 @@ def _number(value: Any) -> float | None:
 
 
 def _levels_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit: bool) -> str:
-    """The levels `config` merges ("4096 -> 2048 tokens at 1/1, ..."), counted by `tome_core.describe_layout`."""
+    """The levels `config` merges ("4096 -> 2048 tokens at 1/1, ..."), counted by `tome_core.describe_layout`; a
+    level whose grid is smaller than one cell merges nothing ("256 tokens unmerged at 1/4", `unmerged_levels`)."""
     width, height = size
     word = " keys/values" if config.mode == "kv" else " tokens"  # kv mode: the pooled keys/values attended to
     infos = [info for info in tome_core.describe_layout(FAMILY_LAYOUTS[family], height, width, config) if info.merging]
-    return ", ".join(
-        f"{info.tokens} \u2192 {info.tokens_after}{word if unit and n == 0 else ''} at 1/{info.level}"
-        for n, info in enumerate(infos)
-    )
+    unmerged = unmerged_levels(config, family, width, height) if config.mode == "merge" else ()
+    parts = []
+    for n, info in enumerate(infos):
+        unit_word = word if unit and n == 0 else ""
+        if info.level in unmerged:
+            parts.append(f"{info.tokens}{unit_word} unmerged at 1/{info.level}")
+        else:
+            parts.append(f"{info.tokens} \u2192 {info.tokens_after}{unit_word} at 1/{info.level}")
+    return ", ".join(parts)
 
 
-def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int]) -> str:
-    """One pass's tokens: per model family for a preset, else the custom settings on SD1/SD2 (and on SDXL
-    too with max downsample "auto", where the levels differ by family)."""
+def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: str | None = None) -> str:
+    """One pass's tokens: per model family for a preset (the loaded one's alone when known), else the custom
+    settings on SD1/SD2 (and on SDXL too with max downsample "auto", where the levels differ by family)."""
     if job.needs_family(is_hr_pass):
         parts = []
-        for family in FAMILIES:
-            config = job.pass_config(is_hr_pass, family)
+        for name in _families(family):
+            config = job.pass_config(is_hr_pass, name)
             assert config is not None  # (the hires pass is off: no line)
-            text = _levels_text(family, size, config, unit=True)
+            text = _levels_text(name, size, config, unit=True)
             nothing = "no merging" if config.is_noop else "no attention at these levels"
-            parts.append(f"{FAMILY_LABELS[family]}: {text or nothing}")
+            parts.append(f"{FAMILY_LABELS[name]}: {text or nothing}")
         return "; ".join(parts)
     config = job.pass_config(is_hr_pass)
     assert config is not None
@@ -529,24 +576,24 @@ def token_hint_title() -> str:
     return (
         "Image tokens per attention layer, before and after merging, at the size set above (latent = pixels / 8;"
         ' level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max downsample "auto" ToMe'
-        f" merges {' and '.join(autos)}; a preset has its own settings per model. The browser cannot tell which"
-        " model is loaded, so both are shown."
+        f" merges {' and '.join(autos)}; a preset has its own settings per model family: the loaded model's is"
+        " shown, both while none is loaded."
     )
 
 
-def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool) -> str:
+def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool, family: str | None = None) -> str:
     """The token hint (`div.tome-token-hint`, id of the item `token_hint`): a line for the first pass, and in
-    txt2img one for the Hires fix pass while it is on, counted for each family's layout (`FAMILY_LAYOUTS`); no lines without
-    a `job` (invalid settings). `data-tome-send` echoes the page values' `send`, so javascript/tome.js can tell
-    which of its sends the hint answers."""
+    txt2img one for the Hires fix pass while it is on, counted for the layout of each family shown
+    (`FAMILY_LAYOUTS`; `family` alone when known); no lines without a `job` (invalid settings). `data-tome-send`
+    echoes the page values' `send`, so javascript/tome.js can tell which of its sends the hint answers."""
     lines = []
     size = page.size()
     if job is not None and size is not None:
-        lines.append(_pass_hint(job, False, size))
+        lines.append(_pass_hint(job, False, size, family))
         hires = None if is_img2img else page.hires_size()
         if hires is not None:
             label = f"Hires pass ({hires[0]}\u00d7{hires[1]}): "
-            lines.append(label + ("no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires)))
+            lines.append(label + ("no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires, family)))
     element_id = elem_id("img2img" if is_img2img else "txt2img", "token_hint")
     # Inline style: the extension ships no style.css; these are gradio's theme variables.
     style = "font-size: var(--text-sm); color: var(--body-text-color-subdued); margin-top: 0.25em;"
