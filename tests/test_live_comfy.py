@@ -8,7 +8,10 @@ Not run by `make test` (marker `comfy`); skipped unless `TOME_COMFY_URL` is set.
     TOME_COMFY_SDXL      SDXL checkpoint name (default: the first with "sdxl"; the SDXL checks skip without one)
     TOME_COMFY_LOG       the server's log file, for the checks of what ToMe logs (skipped without it)
 
-Run: `TOME_COMFY_URL=http://127.0.0.1:8188 TOME_COMFY_LOG=comfy.log python -m pytest -m comfy tests/test_live_comfy.py -v`.
+Run: `TOME_COMFY_URL=http://127.0.0.1:8188 TOME_COMFY_LOG=comfy.log python -m pytest -m comfy tests/test_live_comfy.py -v`
+(the node search in the real front-end: tests/test_live_comfy_search.py, same server). The checkpoints: random
+weights with the exact SD1.5 / SDXL layouts, from shared/tools (`make_random_sd15.py`, `make_random_sdxl.py`) into
+ComfyUI's models/checkpoints as `random-sd15.safetensors` / `random-sdxl.safetensors`.
 Images are tiny (SD1.5 128 px, SDXL 256 px, 2-4 steps): random-weight checkpoints make noise, compared bitwise.
 """
 
@@ -249,20 +252,27 @@ def test_example_workflow_file_is_a_valid_ui_workflow() -> None:
 
 
 def test_interrupted_prompt_leaves_nothing_behind(sd15: str, reference: bytes) -> None:
+    mark = log_mark()
     graph = base(sd15, 256, 30)
     save(graph, "long", sampler(graph, "k", tome(graph, "t", "Fastest"), ["latent", 0]))
     status, body = queue(graph)
     assert status == 200, body
     started = time.time()
-    while time.time() - started < 300:  # until it samples
+    while time.time() - started < 300:  # until it runs
         _, q = request("/queue")
         if any(item[1] == body["prompt_id"] for item in q["queue_running"]):
             break
         time.sleep(0.5)
-    time.sleep(8)
+    if LOG:  # until the sampler has done a step (loading the models first can take long on a busy machine)
+        while time.time() - started < 600 and " 1/30 [" not in log_after(mark):
+            time.sleep(0.5)
+    else:
+        time.sleep(8)
     threading.Thread(target=request, args=("/interrupt", {})).start()
     entry = wait(body["prompt_id"])
     assert entry["status"]["status_str"] == "error"
+    if LOG:
+        assert "ToMe (Fastest for sd): sampling interrupted after" in log_after(mark)
     graph = base(sd15, 128, 4)
     save(graph, "ref", sampler(graph, "k", ["ckpt", 0], ["latent", 0]))
     assert run(graph)["ref"] == reference
@@ -361,7 +371,7 @@ def test_area_conditioning_with_the_node(sd15: str) -> None:
     plain["k"]["inputs"]["model"] = ["ckpt", 0]
     assert run(graph)["area"] != run(plain)["area"]
     if LOG:
-        assert "ToMe (Fastest for sd): merged in" in log_after(mark)
+        assert "ToMe (Fastest for sd): ran in" in log_after(mark)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -376,4 +386,29 @@ def test_sdxl_with_each_preset(preset: str) -> None:
     plain["k"]["inputs"]["model"] = ["ckpt", 0]
     assert run(graph)["x"] != run(plain)["x"]
     if LOG:
-        assert f"ToMe ({preset} for sdxl)" in log_after(mark)
+        (line,) = [line for line in log_after(mark).splitlines() if f"ToMe ({preset} for sdxl)" in line]
+        assert line.endswith(sdxl_kinds(preset)), line
+
+
+#: SDXL's transformer blocks per downsampling level: 2 + 2 down and 2 + 2 + 2 up at level 2, 10 each in the two
+#: down, the middle and the three up stacks at level 4.
+SDXL_BLOCKS = {2: 10, 4: 60}
+
+
+def sdxl_kinds(preset: str) -> str:
+    """What the log must name for `preset` on SDXL, counted from the preset's config and SDXL's layout."""
+    import tome_core
+
+    config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
+    levels = [level for level in SDXL_BLOCKS if config.merges_level(level, frozenset(SDXL_BLOCKS))]
+    blocks = sum(SDXL_BLOCKS[level] for level in levels)
+    parts = []
+    if config.merge_attn:
+        what = "keys/values pooled for self-attention" if config.mode == "kv" else "self-attention merged"
+        parts.append(f"{what} in {blocks}")
+    if config.merge_crossattn:
+        parts.append(f"cross-attention merged in {blocks}")
+    if config.merge_mlp:
+        mlp = sum(SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
+        parts.append(f"feed-forward (MLP) merged in {mlp}")
+    return f"ran in {blocks} of {blocks} selected blocks (70 transformer blocks): {', '.join(parts)}"
