@@ -192,8 +192,9 @@ def test_mlp_ratio_merges_the_feed_forward_at_its_own_ratio() -> None:
         return hook
 
     tome_core.apply_patch(unet, ratio=0.5, merge_mlp=True, mlp_ratio=0.25, max_downsample=1)
-    handles = [block.attn1.register_forward_pre_hook(record("attn1"), with_kwargs=True)]
-    handles.append(block.ff.register_forward_pre_hook(record("ff"), with_kwargs=True))
+    # Read where the projections run: the token counts attention and the feed-forward really compute on.
+    handles = [block.attn1.to_q.register_forward_pre_hook(record("attn1"), with_kwargs=True)]
+    handles.append(block.ff.net[0].register_forward_pre_hook(record("ff"), with_kwargs=True))
     forward_unet(unet, make_inputs(2, 16, 16))
     for handle in handles:
         handle.remove()
@@ -215,7 +216,7 @@ def test_mlp_min_downsample_merges_the_feed_forward_only_from_that_level(mode: s
         return hook
 
     tome_core.apply_patch(unet, mode=mode, merge_mlp=True, mlp_ratio=0.5, mlp_min_downsample=2, max_downsample=4)
-    handles = [b.ff.register_forward_pre_hook(record(i), with_kwargs=True) for i, b in enumerate(blocks)]
+    handles = [b.ff.net[0].register_forward_pre_hook(record(i), with_kwargs=True) for i, b in enumerate(blocks)]
     forward_unet(unet, make_inputs(2, 16, 16))
     stats = tome_core.stats(unet)
     for handle in handles:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -54,21 +56,29 @@ def test_kv_downsample_averages_ragged_cells() -> None:
     assert pooled == [3.0, 5.0, 6.5, 10.5, 12.5, 14.0]
 
 
+@contextlib.contextmanager
+def projected_tokens(attn: torch.nn.Module) -> Iterator[list[tuple[int, int]]]:
+    """(tokens projected to queries, tokens projected to keys) of each call: what attention really computes on."""
+    seen: list[tuple[int, int]] = []
+    queries: list[int] = []
+    handles = [
+        attn.to_q.register_forward_pre_hook(lambda module, args: queries.append(args[0].shape[1])),
+        attn.to_k.register_forward_pre_hook(lambda module, args: seen.append((queries.pop(), args[0].shape[1]))),
+    ]
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def test_kv_mode_keeps_queries_and_the_sdpa_processor() -> None:
     unet = build_unet("diffusers_sd1")
     processors = {type(p).__name__ for p in unet.attn_processors.values()}
-    seen: list[tuple[int, int]] = []
-
-    def record(module, args, kwargs):
-        ctx = kwargs.get("encoder_hidden_states")
-        seen.append((args[0].shape[1], ctx.shape[1] if ctx is not None else args[0].shape[1]))
-
     block = next(m for m in unet.modules() if type(m).__name__ == "BasicTransformerBlock")
     tome_core.apply_patch(unet, mode="kv", max_downsample=1)
-    # Registered after the patch, so it sees what the attention module itself receives.
-    handle = block.attn1.register_forward_pre_hook(record, with_kwargs=True)
-    forward_unet(unet, make_inputs(2, 16, 24))
-    handle.remove()
+    with projected_tokens(block.attn1) as seen:
+        forward_unet(unet, make_inputs(2, 16, 24))
     tome_core.remove_patch(unet)
     assert seen == [(16 * 24, 8 * 12)]  # every query kept, keys/values pooled 2x2
     assert {type(p).__name__ for p in unet.attn_processors.values()} == processors == {"AttnProcessor2_0"}
@@ -76,29 +86,20 @@ def test_kv_mode_keeps_queries_and_the_sdpa_processor() -> None:
 
 def test_kv_mode_with_mlp_merging_pools_self_attention_and_merges_the_feed_forward() -> None:
     unet = build_unet("diffusers_sd1")
-    seen: dict[str, list[tuple[int, ...]]] = {"attn1": [], "ff": []}
-
-    def recorder(name):
-        def record(module, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
-            ctx = kwargs.get("encoder_hidden_states")
-            seen[name].append((x.shape[1], ctx.shape[1]) if ctx is not None else (x.shape[1],))
-
-        return record
-
+    ff_tokens: list[int] = []
     block = next(m for m in unet.modules() if type(m).__name__ == "BasicTransformerBlock")
     inputs = make_inputs(2, 16, 24)
     reference = forward_unet(unet, inputs)
     tome_core.apply_patch(unet, mode="kv", merge_mlp=True, mlp_ratio=0.5, max_downsample=1)
-    handles = [getattr(block, n).register_forward_pre_hook(recorder(n), with_kwargs=True) for n in seen]
-    out = forward_unet(unet, inputs)
+    handle = block.ff.net[0].register_forward_pre_hook(lambda module, args: ff_tokens.append(args[0].shape[1]))
+    with projected_tokens(block.attn1) as seen:
+        out = forward_unet(unet, inputs)
+    handle.remove()
     stats = tome_core.stats(unet)
-    for handle in handles:
-        handle.remove()
     tome_core.remove_patch(unet)
     assert stats is not None
-    assert seen["attn1"] == [(16 * 24, 8 * 12)]  # every query kept, keys/values pooled 2x2
-    assert seen["ff"] == [(16 * 24 - 16 * 24 // 2,)]  # the feed-forward on half the tokens
+    assert seen == [(16 * 24, 8 * 12)]  # every query kept, keys/values pooled 2x2
+    assert ff_tokens == [16 * 24 - 16 * 24 // 2]  # the feed-forward on half the tokens
     assert stats.applied == stats.selected > 0
     assert out.shape == reference.shape and not torch.equal(out, reference)
     assert torch.equal(forward_unet(unet, inputs), reference)

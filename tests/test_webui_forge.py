@@ -281,13 +281,18 @@ def test_checkpoint_change_leaves_the_old_unet_clean(engine: forge.Engine) -> No
     assert not patched(engine) and not patched(other)
 
 
-def test_unet_compiled_by_the_host_is_not_patched_and_noted() -> None:
-    """reForge --torch-compile puts a compiled wrapper at `diffusion_model`: ours does not pretend to merge."""
+def test_unet_compiled_by_the_host_is_patched_through_its_wrapper() -> None:
+    """reForge --torch-compile puts a compiled wrapper at `diffusion_model`: the patch goes on the module it wraps,
+    which the wrapper's graph traces again (tests/test_core_compile.py compiles for real; the stand-in sampler runs
+    the wrapped module)."""
     unet = forge.build_unet(forge.SD1_DEPTHS, seed=0)
     engine = forge.Engine(unet)
     engine.forge_objects.unet.model.diffusion_model = torch.compile(unet)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _, processed = webui.run(tome=custom_args(), sampler=forge.ForgeSampler(compiled="wrapper"))
-    note = processed.extra_generation_params[NOTE]
-    assert note.startswith("not applied: cannot patch Engine: OptimizedModule is compiled with torch.compile")
+    plain, merged = forge.ForgeSampler(), forge.ForgeSampler()
+    webui.run(tome=tome_args(False), sampler=plain)
+    _, processed = webui.run(tome=custom_args(), sampler=merged)
+    assert NOTE not in processed.extra_generation_params
+    assert {r.config for r in merged.records} == {FIRST}
+    assert not torch.equal(merged.outputs()[-1], plain.outputs()[-1])
     assert not tome_core.is_patched(unet) and errors.reported == []

@@ -321,5 +321,7 @@ def snapshot(model: object) -> dict[str, tuple[type, int, int, int, tuple[str, .
 
 
 def hook_count(model: object) -> int:
-    """All forward hooks and pre-hooks on all modules of the UNet."""
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in unwrap(model).modules())
+    """All forward hooks and pre-hooks on all modules of the UNet, and the forwards set on its module instances."""
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + ("forward" in m.__dict__) for m in unwrap(model).modules()
+    )

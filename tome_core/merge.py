@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from tome_core.compat import is_compiling
+
 Merge = Callable[[torch.Tensor], torch.Tensor]
 
 #: Floor of a token's norm before normalising (fp16-safe, unlike 1e-12).
@@ -71,15 +73,22 @@ class GridLayout:
 
     def batch_offsets(self, batch: int, rows: int) -> torch.Tensor:
         """[B, 1] offsets b * rows that make per-sample row indices into flat ones."""
-        key = ("offsets", batch, rows)
-        if key not in self.cache:
-            self.cache[key] = torch.arange(batch, device=self.arange.device).view(-1, 1) * rows
-        return self.cache[key]
+        return self._cached(
+            ("offsets", batch, rows), lambda: torch.arange(batch, device=self.arange.device).view(-1, 1) * rows
+        )
 
     def ones(self, count: int, dtype: torch.dtype) -> torch.Tensor:
-        key = ("ones" + str(dtype), count, 0)
+        return self._cached(
+            ("ones" + str(dtype), count, 0), lambda: torch.ones(count, dtype=dtype, device=self.arange.device)
+        )
+
+    def _cached(self, key: tuple[str, int, int], build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        # Traced by torch.compile, a tensor stored here would leave the graph and change what the next call's
+        # guards see: the graph builds it instead (a constant to the compiler), eager calls keep it.
+        if is_compiling():
+            return build()
         if key not in self.cache:
-            self.cache[key] = torch.ones(count, dtype=dtype, device=self.arange.device)
+            self.cache[key] = build()
         return self.cache[key]
 
 

@@ -1,9 +1,23 @@
-"""Apply and remove token merging on a UNet instance through forward hooks.
+"""Apply and remove token merging on a UNet instance.
 
-Nothing here changes a class: every patch is a set of hooks registered on the model's own modules, recorded
-in one state object on the UNet, and `remove_patch` removes exactly those. The WebUI's built-in token
-merging (tomesd) unpatches by the class name `ToMeBlock` and the attribute `_tome_info`; we use neither,
-so the two never undo each other.
+Nothing here changes a class. A patch is one hook object per patched module, installed as that instance's
+`forward` (a bound method of the hook, the way diffusers installs its hooks), plus one pre- and one post-hook
+registered on the UNet itself; `remove_patch` takes exactly those away. The WebUI's built-in token merging
+(tomesd) unpatches by the class name `ToMeBlock` and the attribute `_tome_info`; we use neither, so the two never
+undo each other.
+
+Built to stay whole under `torch.compile(fullgraph=True)`:
+
+* The UNet's own hooks run eagerly, also around a compiled UNet (`compat.eager`): they count calls, decide the
+  step window and build the call's index tensors (grids, partitions) on the device, so nothing in the compiled
+  region reads a value back, makes a tensor on the host or draws from a generator.
+* A block's plan exists only while the block runs: its hook matches the tokens, its modules' hooks merge and
+  unmerge with that plan, and it is dropped before the block returns. No state passes from one call to the next
+  through a graph, so a sampling traces once, and a new patch with the same settings reuses that graph.
+* What the hooks did is recorded as flags they set and never read (`stats`): a compiled graph replays those
+  stores after every run, so the counts hold for compiled and eager calls alike.
+* Installing a hook changes the module's `forward`, which torch.compile's guards watch: a UNet compiled before
+  the patch traces again (once) and merges; after `remove_patch` its earlier graph is valid again.
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from tome_core.compat import eager, uncompiled
 from tome_core.config import LEVELS, TomeConfig, auto_levels
 from tome_core.merge import (
     GridLayout,
@@ -43,6 +58,8 @@ _TRAIN_TIMESTEPS = 1000
 _KV_KEYWORDS = ("context", "encoder_hidden_states", "value")
 #: Seed used when the config leaves `seed` as None.
 _DEFAULT_SEED = 0x70E5
+#: Downsampling factors a block's token count is looked up at (beyond LEVELS: the middle block of deep UNets).
+_GRID_LEVELS = (*LEVELS, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -62,64 +79,38 @@ _TARGETS = (("attn1", "merge_attn", "attn"), ("attn2", "merge_crossattn", "attn"
 _Plans = dict[str, tuple[Merge, Merge]]  # "attn"/"mlp" -> (merge, unmerge)
 
 
-@dataclass
-class _Block:
-    """One patched transformer block and the merge plans of its current call."""
+@dataclass(frozen=True)
+class _Grid:
+    """The token grid of one downsampling level at the current latent size."""
 
-    index: int
     level: int
-    kv_kw: str  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
-    stack: int = 0  # the transformer stack (Transformer2DModel / SpatialTransformer) holding the block
-    first_in_stack: bool = True
-    plans: _Plans | None = None  # the current call's merge/unmerge per ratio kind
-    unmerge: Merge | None = None  # the unmerge owed by the module now running
-    tokens: int = 0  # token count the current plans were made for
-    grid: tuple[int, int] | None = None  # (h, w) of the current call, when kv pooling applies
-    # Since the last `reset_stats`, read by `stats`: calls with a plan (merge plan or kv grid); the hooked modules
-    # ("attn1", "attn2", "ff") whose plan merges something, those that ran while a plan existed, and those that
-    # really merged or pooled. A block counts only when all of them did: another extension may replace
-    # self-attention while the feed-forward still merges.
-    planned: int = 0
-    wanted: set[str] = field(default_factory=set)
-    reached: set[str] = field(default_factory=set)
-    applied: set[str] = field(default_factory=set)
-    kinds: dict[str, str] = field(default_factory=dict)  # hooked module name -> ratio kind ("attn", "mlp", "kv")
-    # Set with the hooks: whether self-attention pools (kv), and the ratio of each kind this block merges.
-    pools: bool = False
-    ratios: dict[str, float] = field(default_factory=dict)
-
-    def counts_reached(self) -> bool:
-        return bool(self.planned) and set(self.kinds) <= self.reached
-
-    def counts_applied(self) -> bool:
-        return bool(self.wanted) and self.wanted <= self.applied
+    h: int
+    w: int
+    merges: bool  # the config merges blocks at this level
 
 
 @dataclass
 class _State:
     config: TomeConfig
     auto_levels: frozenset[int]
-    handles: list[RemovableHandle] = field(default_factory=list)
-    latent: tuple[int, int] | None = None
-    grids: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)  # tokens -> (level, h, w)
-    active: bool = True
-    step: tuple[int, int] | None = None
-    pipeline: Callable[[], Any] | None = None  # the diffusers pipeline patched through: its scheduler's step
-    # Index tensors, built once and reused by every block: layouts per grid shape for good, partitions per grid
-    # for the current UNet call (random ones change with the timestep), shared plans per stack.
-    layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
-    tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
-    partitions: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
-    timestep: Any = None  # the current call's timestep argument, read on the device only
-    key: torch.Tensor | None = None  # [1] int64 partition key derived from it
-    stack_plans: dict[int, tuple[int, _Plans]] = field(default_factory=dict)  # stack -> (tokens, plans)
-    blocks: list[_Block] = field(default_factory=list)  # the blocks that carry hooks (the config selects them)
+    handles: list[RemovableHandle] = field(default_factory=list)  # the UNet's own pre- and post-hook
+    hooks: list[_Hook] = field(default_factory=list)  # every installed forward, in install order
+    blocks: list[_BlockHook] = field(default_factory=list)  # the blocks that carry hooks (the config selects them)
     total: int = 0  # transformer blocks in the UNet
     block_levels: frozenset[int] = frozenset()
+    step: tuple[int, int] | None = None
+    pipeline: Callable[[], Any] | None = None  # the diffusers pipeline patched through: its scheduler's step
+    # Set by the UNet's pre-hook, read by the blocks (eagerly, or as inputs of a compiled graph).
+    latent: tuple[int, int] | None = None
+    grids: dict[int, _Grid] = field(default_factory=dict)  # tokens -> grid, for the current latent size
+    active: bool = True  # inside the step window
+    parts: dict[int, Partition] = field(default_factory=dict)  # tokens -> this call's partition (merging grids)
+    # Index tensors built once per grid shape and device: layouts, fixed partitions, random partition tables.
+    layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
+    fixed: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
+    tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
     unet_calls: int = 0  # UNet forwards since the last `reset_stats`
     active_calls: int = 0  # ... of which inside the step window
-    block_calls: int = 0  # calls of selected blocks seen by their hooks
-    grid_misses: int = 0  # block calls whose token count fit no level of the latent
 
 
 @dataclass(frozen=True)
@@ -128,10 +119,13 @@ class TomeStats:
 
     Blocks count once however often they ran. `selected`: blocks the config merges (by level), of the UNet's
     `total` transformer blocks. `planned`: selected blocks that got a merge plan (or kv grid) at least once.
-    `reached`: planned blocks whose hooked attention/MLP module then ran (another extension may replace the
-    attention and skip the module). `applied`: blocks that really merged tokens (or pooled keys/values).
-    `unet_calls`, `active_calls` (inside the step window) and `block_calls` count hook calls: a UNet compiled
-    before the patch runs a graph that ignores hooks added later.
+    `reached`: planned blocks whose hooked attention/MLP modules then ran (another extension may replace the
+    attention and skip the module). `applied`: blocks that really merged tokens (or pooled keys/values), and
+    `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values in n blocks, ("attn1",
+    n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on merged tokens.
+    `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not; `block_calls`
+    the selected blocks that ran at least once and `grid_misses` those whose token count fit no level of the
+    latent. Compiled or eager, a block counts only when the code that ran merged in it.
     """
 
     mode: str
@@ -146,21 +140,23 @@ class TomeStats:
     grid_misses: int
     levels: frozenset[int]  # the levels the config selects
     block_levels: frozenset[int]  # the levels that hold transformer blocks
+    modules: tuple[tuple[str, int], ...] = ()  # (kind, blocks) for each kind of module that merged or pooled
 
 
 # ---------------------------------------------------------------------------------------------- finding
 
 
 def find_unet(model: Any) -> nn.Module:
-    """The UNet inside a WebUI/LDM/SGM model (`.model.diffusion_model`), a diffusers pipeline (`.unet`) or itself."""
+    """The UNet inside a WebUI/LDM/SGM model (`.model.diffusion_model`), a diffusers pipeline (`.unet`) or itself;
+    the module a torch.compile wrapper runs when it is one."""
     inner = getattr(getattr(model, "model", None), "diffusion_model", None)
     if isinstance(inner, nn.Module):
-        return inner
+        return uncompiled(inner)
     unet = getattr(model, "unet", None)
     if isinstance(unet, nn.Module):
-        return unet
+        return uncompiled(unet)
     if isinstance(model, nn.Module) and _is_unet(model):
-        return model
+        return uncompiled(model)
     raise TypeError(
         f"{type(model).__name__} has no UNet: expected a UNet (ldm/sgm UNetModel, diffusers UNet2DConditionModel),"
         " a model with .model.diffusion_model (WebUI/LDM/SGM) or a pipeline with .unet"
@@ -202,14 +198,16 @@ def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
     return found
 
 
-def _stacks(unet: nn.Module) -> dict[int, int]:
-    """id(block) -> number of the transformer stack holding it (a module with `transformer_blocks`)."""
-    out: dict[int, int] = {}
+def _stacks(unet: nn.Module) -> dict[int, tuple[int, int, int]]:
+    """id(block) -> (number of its transformer stack, its position there, the stack's length); a stack is a module
+    with `transformer_blocks` (Transformer2DModel / SpatialTransformer), run in that order."""
+    out: dict[int, tuple[int, int, int]] = {}
     for number, module in enumerate(
         m for m in unet.modules() if isinstance(getattr(m, "transformer_blocks", None), nn.ModuleList)
     ):
-        for block in module.transformer_blocks:
-            out[id(block)] = number
+        stack = list(module.transformer_blocks)
+        for position, block in enumerate(stack):
+            out[id(block)] = (number, position, len(stack))
     return out
 
 
@@ -236,6 +234,9 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     tomesd-style keywords (`ratio=0.5, sx=2, ...`), or a mix: keywords
     override the preset or config. Applying again replaces the previous patch. Invalid values raise
     `ValueError`/`TypeError` naming the field, and leave the model untouched.
+
+    A UNet compiled with torch.compile, before or after the patch, runs merged: the patch goes on the module the
+    compiled wrapper runs, and its graph traces again once (see the README's "With torch.compile").
     """
     if config is not None and not isinstance(config, TomeConfig):
         raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
@@ -247,12 +248,6 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
 
         config = get_preset(preset).config(model_family(unet))
     config = TomeConfig.from_dict(fields, base=config)
-    if hasattr(unet, "_orig_mod"):
-        # Seen in reForge's --torch-compile: the hooks counted as run, yet the images equalled those without them.
-        raise TypeError(
-            f"{type(unet).__name__} is compiled with torch.compile, and its compiled graph does not apply hooks"
-            " added afterwards: patch and run the uncompiled module (._orig_mod) instead"
-        )
     blocks = _structural_levels(unet)
     if not blocks:
         raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")
@@ -264,16 +259,14 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     state.total = len(blocks)
     if hasattr(getattr(model, "scheduler", None), "timesteps"):
         state.pipeline = _ref(model)
-    state.handles.append(unet.register_forward_pre_hook(_unet_pre_hook(state), with_kwargs=True))
-    state.handles.append(unet.register_forward_hook(_unet_post_hook(state)))
-    stacks = _stacks(unet)
-    previous = None
+    state.handles.append(unet.register_forward_pre_hook(eager(_unet_pre_hook(state)), with_kwargs=True))
+    state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
+    where = _stacks(unet)
+    shared: dict[int, _Stack] = {}
     for index, (module, level) in enumerate(blocks):
-        stack = stacks.get(id(module), -1 - index)
-        slot = _Block(index=index, level=level, kv_kw=_kv_keyword(module.attn1), stack=stack)
-        slot.first_in_stack = stack != previous
-        previous = stack
-        _patch_block(state, module, slot)
+        _patch_block(state, module, index, level, where.get(id(module)), shared)
+    for hook in state.hooks:
+        hook.install()
     setattr(unet, STATE_ATTR, state)
     return model
 
@@ -286,6 +279,9 @@ def remove_patch(model: Any) -> Any:
         for handle in state.handles:
             handle.remove()
         state.handles.clear()
+        for hook in reversed(state.hooks):
+            hook.uninstall()
+        state.hooks.clear()
     return model
 
 
@@ -303,7 +299,8 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
 
     Samplers that evaluate the UNet twice per step should report the same step for both calls. Without it, a
     model patched through a diffusers pipeline follows the pipeline scheduler's step index; a bare UNet with a
-    step window reads the timestep back instead (one host synchronisation per call on a GPU).
+    step window reads the timestep back instead (one host synchronisation per call on a GPU, outside any
+    compiled graph).
     """
     state = find_unet(model).__dict__.get(STATE_ATTR)
     if state is None:
@@ -320,21 +317,25 @@ def stats(model: Any) -> TomeStats | None:
     if state is None:
         return None
     config = state.config
+    kinds: Counter[str] = Counter()
+    for block in state.blocks:
+        kinds.update(hook.name for hook in block.modules if hook.applied)
     return TomeStats(
         mode=config.mode,
         total=state.total,
         selected=len(state.blocks),
         planned=sum(1 for b in state.blocks if b.planned),
-        reached=sum(1 for b in state.blocks if b.counts_reached()),
+        reached=sum(1 for b in state.blocks if b.planned and all(m.reached for m in b.modules)),
         applied=sum(1 for b in state.blocks if b.counts_applied()),
         unet_calls=state.unet_calls,
         active_calls=state.active_calls,
-        block_calls=state.block_calls,
-        grid_misses=state.grid_misses,
+        block_calls=sum(1 for b in state.blocks if b.called),
+        grid_misses=sum(1 for b in state.blocks if b.grid_miss),
         levels=frozenset(lv for lv in state.block_levels | set(LEVELS) if config.merges_level(lv, state.auto_levels))
         if not config.is_noop
         else frozenset(),
         block_levels=state.block_levels,
+        modules=tuple((name, kinds[name]) for name in ("kv", "attn1", "attn2", "ff") if kinds[name]),
     )
 
 
@@ -343,10 +344,9 @@ def reset_stats(model: Any) -> None:
     state = find_unet(model).__dict__.get(STATE_ATTR)
     if state is None:
         return
-    state.unet_calls = state.active_calls = state.block_calls = state.grid_misses = 0
+    state.unet_calls = state.active_calls = 0
     for block in state.blocks:
-        block.planned = 0
-        block.wanted, block.reached, block.applied = set(), set(), set()
+        block.reset()
 
 
 def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:
@@ -395,7 +395,7 @@ def describe_layout(
     return out
 
 
-# ---------------------------------------------------------------------------------------------- hooks
+# ---------------------------------------------------------------------------------------------- the UNet's hooks
 
 
 def _kv_keyword(attn: nn.Module) -> str:
@@ -413,35 +413,78 @@ def _first_arg(args: tuple[Any, ...], kwargs: dict[str, Any], *names: str) -> An
 
 
 def _unet_pre_hook(state: _State) -> Callable[..., None]:
+    """Per UNet call, on the host: the counts, the step window, and the grids and partitions the blocks read."""
+
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = _first_arg(args, kwargs, "x", "sample")
+        if not isinstance(x, torch.Tensor) or x.dim() < 3:
+            state.active = False  # not a latent: nothing to merge over
+            return
         latent = (int(x.shape[-2]), int(x.shape[-1]))
         if latent != state.latent:
             state.latent = latent
-            state.grids = {}
-        config = state.config
-        state.timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
-        state.key = None
-        if config.use_rand:
-            state.partitions = {}  # random partitions change with the timestep; fixed ones stay
-        fraction = _fraction(state)
-        state.active = fraction is None or config.active_at(fraction)
+            state.grids = _grids(state.config, state.auto_levels, latent)
+        timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
+        fraction = _fraction(state, timestep)
+        state.active = fraction is None or state.config.active_at(fraction)
         state.unet_calls += 1
         state.active_calls += state.active
+        state.parts = _call_partitions(state, timestep, x.device) if state.active else {}
 
     return hook
 
 
 def _unet_post_hook(state: _State) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        # Drop the call's plans and keys so their tensors are not kept alive between calls.
-        state.stack_plans = {}
-        state.timestep = state.key = None
+        state.parts = {}  # not kept alive between calls
 
     return hook
 
 
-def _fraction(state: _State) -> float | None:
+def _grids(config: TomeConfig, auto: frozenset[int], latent: tuple[int, int]) -> dict[int, _Grid]:
+    """tokens -> the grid of the first level that holds that many tokens at this latent size."""
+    out: dict[int, _Grid] = {}
+    for level in _GRID_LEVELS:
+        h, w = math.ceil(latent[0] / level), math.ceil(latent[1] / level)
+        out.setdefault(h * w, _Grid(level, h, w, config.merges_level(level, auto)))
+    return out
+
+
+def _call_partitions(state: _State, timestep: Any, device: torch.device) -> dict[int, Partition]:
+    """tokens -> this call's partition, for every grid whose blocks match tokens (none in pure kv mode).
+
+    Fixed partitions are built once per grid; random ones are drawn once per grid into a table, from which each
+    call picks one by its timestep, on the device.
+    """
+    config = state.config
+    if not config.ratios_by_kind or config.is_noop:
+        return {}
+    out: dict[int, Partition] = {}
+    key = None
+    for tokens, grid in state.grids.items():
+        if not grid.merges or grid.h < config.sy or grid.w < config.sx:
+            continue
+        cache = (grid.h, grid.w, str(device))
+        layout = state.layouts.get(cache)
+        if layout is None:
+            layout = state.layouts[cache] = grid_layout(grid.h, grid.w, config.sx, config.sy, device)
+        if config.use_rand:
+            table = state.tables.get(cache)
+            if table is None:
+                seed = _DEFAULT_SEED if config.seed is None else config.seed
+                crc = zlib.crc32(f"{seed}:{grid.h}x{grid.w}".encode())
+                table = state.tables[cache] = random_partitions(layout, crc)
+            key = timestep_key(timestep, device) if key is None else key
+            out[tokens] = table.pick(key)
+        else:
+            part = state.fixed.get(cache)
+            if part is None:
+                part = state.fixed[cache] = partition(layout, fixed_slots(layout))
+            out[tokens] = part
+    return out
+
+
+def _fraction(state: _State, timestep: Any) -> float | None:
     """How far sampling is (0 at the first step), or None when no step window is set.
 
     From `set_step`, else a pipeline scheduler's step index, both host values; only a bare UNet with a step
@@ -457,7 +500,7 @@ def _fraction(state: _State) -> float | None:
     timesteps = getattr(scheduler, "timesteps", None)
     if timesteps is not None and len(timesteps) > 0:
         return (getattr(scheduler, "step_index", None) or 0) / len(timesteps)
-    return 1.0 - _timestep_value(state.timestep) / _TRAIN_TIMESTEPS
+    return 1.0 - _timestep_value(timestep) / _TRAIN_TIMESTEPS
 
 
 def _ref(obj: Any) -> Callable[[], Any]:
@@ -494,190 +537,239 @@ def timestep_key(timestep: Any, device: torch.device) -> torch.Tensor:
     return (wide * 1000).long()  # not in place: `wide` may be the caller's own tensor
 
 
-def _timestep_key(state: _State, device: torch.device) -> torch.Tensor:
-    """`timestep_key` of the call's timestep, derived once per call and device."""
-    if state.key is None or state.key.device != device:
-        state.key = timestep_key(state.timestep, device)
-    return state.key
+# ---------------------------------------------------------------------------------------------- block hooks
 
 
-def _grid(state: _State, tokens: int) -> tuple[int, int, int] | None:
-    """(level, h, w) of a block seeing `tokens` tokens in the current call, or None if it fits no level."""
-    if tokens not in state.grids:
-        found = None
-        lat_h, lat_w = state.latent or (0, 0)
-        for level in (*LEVELS, 16, 32):
-            h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
-            if h * w == tokens:
-                found = (level, h, w)
-                break
-        state.grids[tokens] = found
-    return state.grids[tokens]
+class _Hook:
+    """One patched module: its instance `forward` is this object's `forward` until `uninstall`.
 
+    A bound method of a long-lived object, not a closure or a partial: torch.compile guards on the values this
+    object holds, not on its identity, so re-patching with the same settings reuses a compiled graph.
+    """
 
-def _partition(state: _State, h: int, w: int, device: torch.device) -> Partition:
-    """The current call's partition of an h x w grid, shared by every block that sees that grid."""
-    key = (h, w, str(device))
-    part = state.partitions.get(key)
-    if part is None:
-        config = state.config
-        layout = state.layouts.get(key)
-        if layout is None:
-            layout = state.layouts[key] = grid_layout(h, w, config.sx, config.sy, device)
-        if config.use_rand and config.sx * config.sy > 1:
-            table = state.tables.get(key)
-            if table is None:
-                seed = _DEFAULT_SEED if config.seed is None else config.seed
-                table = state.tables[key] = random_partitions(layout, zlib.crc32(f"{seed}:{h}x{w}".encode()))
-            part = table.pick(_timestep_key(state, device))
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.inner: Callable[..., Any] | None = None  # an instance forward someone else set before us
+        self.own: Callable[..., Any] = type(module).forward  # the class's forward, as the module had it
+        self.passthrough = False  # removed while another wrapper still calls us
+
+    def install(self) -> None:
+        # The class's forward as it is now: the WebUIs swap attention forwards on the class when a model loads or
+        # a setting changes, never during a generation, and a patch lasts one generation.
+        self.own = type(self.module).forward
+        self.inner = self.module.__dict__.get("forward")
+        self.module.forward = self.forward  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self.module.__dict__.get("forward") == self.forward:
+            if self.inner is None:
+                del self.module.__dict__["forward"]
+            else:
+                self.module.forward = self.inner  # type: ignore[method-assign]
         else:
-            part = partition(layout, fixed_slots(layout))
-        state.partitions[key] = part
-    return part
+            # Another wrapper went on after ours and holds it: stay in its chain, doing nothing.
+            self.passthrough = True
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's forward as it was before ours."""
+        if self.inner is not None:
+            return self.inner(*args, **kwargs)
+        return self.own(self.module, *args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
 
 
-def _patch_block(state: _State, block: nn.Module, slot: _Block) -> None:
-    config = state.config
-    if config.is_noop or not config.merges_level(slot.level, state.auto_levels):
-        return
-    modules: list[tuple[str, nn.Module, str]] = []  # (name, module, kind) to hook
-    for name, flag, kind in _TARGETS:
-        module = getattr(block, name, None)
-        if not (getattr(config, flag) and isinstance(module, nn.Module)):
-            continue
-        if kind == "mlp" and slot.level < config.mlp_min_downsample:
-            continue
-        if name == "attn1" and config.mode == "kv":
-            # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
-            if getattr(block, "disable_self_attn", False) or getattr(block, "only_cross_attention", False):
-                continue
-            kind = "kv"
-        modules.append((name, module, kind))
-    if not modules:
-        return
-    handles = state.handles
-    state.blocks.append(slot)
-    handles.append(block.register_forward_pre_hook(_block_pre_hook(state, slot), with_kwargs=True))
-    handles.append(block.register_forward_hook(_block_post_hook(slot)))
-    slot.kinds = {name: kind for name, _, kind in modules}
-    slot.pools = "kv" in slot.kinds.values()
-    slot.ratios = {kind: r for kind, r in config.ratios_by_kind.items() if kind in slot.kinds.values()}
-    for name, module, kind in modules:
-        if kind == "kv":
-            handles.append(module.register_forward_pre_hook(_kv_pre_hook(state, slot), with_kwargs=True))
-        else:
-            handles.append(module.register_forward_pre_hook(_merge_pre_hook(slot, name), with_kwargs=True))
-            handles.append(module.register_forward_hook(_unmerge_post_hook(slot)))
+class _Stack:
+    """The plan the first block of a transformer stack shares with the others (one plan per stack), held only
+    while the stack runs."""
+
+    plans: tuple[int, _Plans] | None = None
 
 
-def _block_pre_hook(state: _State, slot: _Block) -> Callable[..., None]:
-    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        slot.plans = None
-        slot.grid = None
-        state.block_calls += 1
-        if not state.active or state.latent is None:
-            return
+class _BlockHook(_Hook):
+    """A transformer block: matches its input tokens and hands the plan to its modules' hooks for this call."""
+
+    def __init__(self, state: _State, module: nn.Module, index: int, level: int) -> None:
+        super().__init__(module)
+        self.state = state
+        self.index = index
+        self.level = level
+        self.modules: list[_MergeHook | _KvHook] = []
+        self.ratios: dict[str, float] = {}  # ratio kind -> ratio, for the kinds this block's modules merge
+        self.pools = False  # self-attention pools keys/values (kv mode)
+        self.stack: _Stack | None = None  # set with one plan per stack
+        self.first_in_stack = True
+        self.last_in_stack = True
+        # This call's plan, read by the modules' hooks: (tokens, plans) and the kv grid (h, w).
+        self.plans: tuple[int, _Plans] | None = None
+        self.grid: tuple[int, int] | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        # Flags the hooks set and never read (a compiled graph replays each store after its run).
+        self.called = self.planned = self.grid_miss = False
+        for hook in self.modules:
+            hook.wanted = hook.reached = hook.applied = False
+
+    def counts_applied(self) -> bool:
+        wanted = [hook for hook in self.modules if hook.wanted]
+        return bool(wanted) and all(hook.applied for hook in wanted)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.passthrough:
+            return self.call(*args, **kwargs)
+        self.called = True
         x = _first_arg(args, kwargs, "x", "hidden_states")
-        if x is None or x.dim() != 3:
-            return
+        if self.state.active and isinstance(x, torch.Tensor) and x.dim() == 3:
+            self._plan(x)
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            self.plans = None
+            self.grid = None
+            if self.stack is not None and self.last_in_stack:
+                self.stack.plans = None
+
+    def _plan(self, x: torch.Tensor) -> None:
+        state = self.state
         tokens = x.shape[1]
-        grid = _grid(state, tokens)
+        grid = state.grids.get(tokens)
         if grid is None:
-            state.grid_misses += 1
+            self.grid_miss = True
             return
-        level, h, w = grid
+        if not grid.merges:
+            return
         config = state.config
-        if not config.merges_level(level, state.auto_levels):
+        num_dst = (grid.h // config.sy) * (grid.w // config.sx)
+        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in self.ratios.items()}
+        removed = {kind: r for kind, r in removed.items() if r > 0 and num_dst > 0}
+        if self.pools:
+            self.grid = (grid.h, grid.w)
+        for hook in self.modules:
+            if hook.kind == "kv" or hook.kind in removed:
+                hook.wanted = True
+        if self.pools or removed:
+            self.planned = True
+        if not removed:
             return
-        num_dst = (h // config.sy) * (w // config.sx)
-        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in slot.ratios.items()}
-        merges = num_dst > 0 and any(r > 0 for r in removed.values())
-        if slot.pools:
-            slot.grid = (h, w)
-            slot.wanted.add("attn1")
-        if slot.pools or merges:
-            slot.planned += 1
-        if not merges:
-            return
-        slot.tokens = tokens
-        slot.wanted.update(name for name, kind in slot.kinds.items() if removed.get(kind, 0) > 0)
-        shared = state.stack_plans.get(slot.stack) if config.share_plan and not slot.first_in_stack else None
-        if shared is not None and shared[0] == tokens:
-            slot.plans = shared[1]
+        stack = self.stack
+        if stack is not None and not self.first_in_stack and stack.plans is not None and stack.plans[0] == tokens:
+            self.plans = stack.plans
             return
         with torch.no_grad():
-            m = match(x, _partition(state, h, w, x.device), config.matching)
+            m = match(x, state.parts[tokens], config.matching)
             by_r: dict[int, tuple[Merge, Merge]] = {}
-            slot.plans = {kind: by_r.get(r) or by_r.setdefault(r, plan(m, r)) for kind, r in removed.items()}
-        if config.share_plan:
-            state.stack_plans[slot.stack] = (tokens, slot.plans)
-
-    return hook
-
-
-def _block_post_hook(slot: _Block) -> Callable[..., None]:
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        # Drop the plans so their index tensors are not kept alive between calls.
-        slot.plans = None
-        slot.unmerge = None
-        slot.grid = None
-
-    return hook
+            plans = {kind: by_r.get(r) or by_r.setdefault(r, plan(m, r)) for kind, r in removed.items()}
+        self.plans = (tokens, plans)
+        if stack is not None:
+            stack.plans = self.plans
 
 
-def _merge_pre_hook(slot: _Block, target: str) -> Callable[..., Any]:
-    kind = slot.kinds[target]
+class _MergeHook(_Hook):
+    """Self-/cross-attention or the feed-forward: runs on the block's merged tokens, then unmerges its output."""
 
-    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        slot.unmerge = None
-        if slot.plans is None:
-            return None
-        merge, unmerge = slot.plans[kind]
-        slot.reached.add(target)
+    def __init__(self, block: _BlockHook, module: nn.Module, name: str, kind: str) -> None:
+        super().__init__(module)
+        self.block = block
+        self.name = name  # "attn1", "attn2" or "ff"
+        self.kind = kind  # the ratio it merges with: "attn" or "mlp"
+        self.wanted = self.reached = self.applied = False
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        planned = None if self.passthrough else self.block.plans
+        if planned is None:
+            return self.call(*args, **kwargs)
+        self.reached = True
+        tokens, plans = planned
+        pair = plans.get(self.kind)
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != slot.tokens or merge is unmerge:
-            return None
-        slot.unmerge = unmerge
-        slot.applied.add(target)
+        if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != tokens:
+            return self.call(*args, **kwargs)
+        merge, unmerge = pair
         merged = merge(x)
+        self.applied = True
         # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
         # the queries, which must merge with them. Other keys/values (a reference image's, say) stay whole.
         extra = {kw: merged for kw in _KV_KEYWORDS if kwargs.get(kw) is x}
         if args:
-            return (merged, *args[1:]), {**kwargs, **extra}
-        return args, {**kwargs, name: merged, **extra}
-
-    return hook
-
-
-def _unmerge_post_hook(slot: _Block) -> Callable[..., Any]:
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        unmerge, slot.unmerge = slot.unmerge, None
-        if unmerge is None or not isinstance(output, torch.Tensor):
-            return None
-        return unmerge(output)
-
-    return hook
+            out = self.call(merged, *args[1:], **{**kwargs, **extra})
+        else:
+            out = self.call(**{**kwargs, name: merged, **extra})
+        return unmerge(out) if isinstance(out, torch.Tensor) else out
 
 
-def _kv_pre_hook(state: _State, slot: _Block) -> Callable[..., Any]:
-    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if slot.grid is None:
-            return None
-        slot.reached.add("attn1")
+class _KvHook(_Hook):
+    """Self-attention in kv mode: every query attends to keys/values pooled over the block's token grid."""
+
+    name = "kv"
+    kind = "kv"
+
+    def __init__(self, block: _BlockHook, module: nn.Module, kv_kw: str, sx: int, sy: int) -> None:
+        super().__init__(module)
+        self.block = block
+        self.kv_kw = kv_kw  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
+        self.sx, self.sy = sx, sy
+        self.wanted = self.reached = self.applied = False
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        grid = None if self.passthrough else self.block.grid
+        if grid is None:
+            return self.call(*args, **kwargs)
+        self.reached = True
         x = _first_arg(args, kwargs, "x", "hidden_states")
         # Self-attention's keys/values are absent (None) or, in Forge once any attn1 patch exists, the queries
         # themselves; anything else (another extension's keys/values) is left alone.
-        targets = [slot.kv_kw, *(["value"] if "value" in kwargs else [])]
+        targets = [self.kv_kw, *(["value"] if "value" in kwargs else [])]
         if any(kwargs.get(kw) is not None and kwargs.get(kw) is not x for kw in targets):
-            return None
-        h, w = slot.grid
+            return self.call(*args, **kwargs)
+        h, w = grid
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != h * w:
-            return None  # tokens already merged by another patch: no grid to pool over
-        pooled = kv_downsample(x, w, h, state.config.sx, state.config.sy)
-        slot.applied.add("attn1")
-        return args, {**kwargs, **dict.fromkeys(targets, pooled)}
+            return self.call(*args, **kwargs)  # tokens already merged by another patch: no grid to pool over
+        pooled = kv_downsample(x, w, h, self.sx, self.sy)
+        self.applied = True
+        return self.call(*args, **{**kwargs, **dict.fromkeys(targets, pooled)})
 
-    return hook
+
+def _patch_block(
+    state: _State,
+    module: nn.Module,
+    index: int,
+    level: int,
+    where: tuple[int, int, int] | None,
+    stacks: dict[int, _Stack],
+) -> None:
+    """Hook `module` and its attention/MLP as the config asks. `where`: (stack, position, length) of the block in
+    its transformer stack; `stacks` holds the shared plans of the stacks seen so far."""
+    config = state.config
+    if config.is_noop or not config.merges_level(level, state.auto_levels):
+        return
+    block = _BlockHook(state, module, index, level)
+    for name, flag, kind in _TARGETS:
+        target = getattr(module, name, None)
+        if not (getattr(config, flag) and isinstance(target, nn.Module)):
+            continue
+        if kind == "mlp" and level < config.mlp_min_downsample:
+            continue
+        if name == "attn1" and config.mode == "kv":
+            # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
+            if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+                continue
+            block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
+        else:
+            block.modules.append(_MergeHook(block, target, name, kind))
+    if not block.modules:
+        return
+    kinds = {hook.kind for hook in block.modules}
+    block.pools = "kv" in kinds
+    block.ratios = {kind: r for kind, r in config.ratios_by_kind.items() if kind in kinds}
+    if config.share_plan and where is not None:
+        number, position, length = where
+        block.stack = stacks.setdefault(number, _Stack())
+        block.first_in_stack, block.last_in_stack = position == 0, position == length - 1
+    block.reset()
+    state.blocks.append(block)
+    state.hooks.append(block)
+    state.hooks.extend(block.modules)

@@ -341,8 +341,8 @@ class ForgeSampler:
 
     `other_extension(patcher) -> patcher` runs right before sampling, like another extension's
     `process_before_every_sampling` (an attention replace patch, say). `compiled`: the UNet runs as a graph
-    compiled before ToMe's hooks existed, which ignores them: "wrapper" (reForge `--torch-compile` wraps the
-    module, so only the wrapper's own hooks run) or "inplace" (no hook runs at all).
+    compiled before ToMe's patch whose host dropped the guards that would trace it again, so the patch is ignored:
+    "wrapper" (a compiled wrapper, so only the UNet's own hooks run) or "inplace" (no hook runs at all).
     """
 
     other_extension: Callable[[UnetPatcher], UnetPatcher] | None = None
@@ -384,20 +384,26 @@ class ForgeSampler:
 
 @contextlib.contextmanager
 def _hooks_ignored(unet: nn.Module, compiled: str | None) -> Iterator[None]:
-    """Inside: the hooks of the UNet's submodules do not run (a graph traced before they were added)."""
+    """Inside: whatever was added to the UNet's submodules does not run, hooks or a forward set on the instance (a
+    graph traced before the patch that a host keeps running without checking the modules: torch.compile with its
+    module guards dropped)."""
     if compiled is None:
         yield
         return
-    saved = [(m, m._forward_pre_hooks.copy(), m._forward_hooks.copy()) for m in unet.modules() if m is not unet]
-    for module, _, _ in saved:
+    modules = [m for m in unet.modules() if m is not unet]
+    saved = [(m, m._forward_pre_hooks.copy(), m._forward_hooks.copy(), m.__dict__.get("forward")) for m in modules]
+    for module, _, _, _ in saved:
         module._forward_pre_hooks.clear()
         module._forward_hooks.clear()
+        module.__dict__.pop("forward", None)
     try:
         yield
     finally:
-        for module, pre, post in saved:
+        for module, pre, post, forward in saved:
             module._forward_pre_hooks.update(pre)
             module._forward_hooks.update(post)
+            if forward is not None:
+                module.__dict__["forward"] = forward
 
 
 def reset_forge_objects(engine: Engine, which: str) -> None:

@@ -1,0 +1,290 @@
+"""The patch under torch.compile(fullgraph=True): one graph per sampling and per size, no recompile from step to
+step or from one generation to the next, the compiled output equal to the eager one, a UNet compiled before the
+patch merged too, and counts that say what the code that ran really did.
+
+Graphs are counted with a backend that runs the captured FX graph as it is (what dynamo traces does not depend
+on the backend); one test compiles with inductor, the default backend. Dynamo's caches are global and keyed by
+code objects that every tiny UNet of a kind shares, so each test starts from `torch._dynamo.reset()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from comfy_stub.unet import build_unet as build_comfy_unet
+from torch import fx, nn
+
+import tome_core
+
+from tiny_models import WebUILike, build_unet, is_diffusers, make_inputs
+
+STEPS = (999.0, 750.0, 500.0, 250.0)  # one sampling; the timestep changes every step
+
+
+class GraphCounter:
+    """A torch.compile backend that counts the graphs dynamo hands it and keeps them for inspection."""
+
+    def __init__(self) -> None:
+        self.graphs: list[fx.GraphModule] = []
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        return gm.forward
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+#: model name -> (builder, model family)
+MODELS: dict[str, tuple[Callable[[], nn.Module], str]] = {
+    "ldm_sd1": (lambda: build_unet("ldm_sd1"), "sd"),
+    "ldm_sd2": (lambda: build_unet("ldm_sd2"), "sd"),
+    "diffusers_sd1": (lambda: build_unet("diffusers_sd1"), "sd"),
+    "diffusers_sdxl": (lambda: build_unet("diffusers_sdxl"), "sdxl"),
+    "comfy_sd": (lambda: build_comfy_unet("sd"), "sd"),
+    "comfy_sdxl": (lambda: build_comfy_unet("sdxl"), "sdxl"),
+}
+
+#: Custom settings: both modes, random partitions on and off, both matchings, shared plans.
+CUSTOM: dict[str, dict[str, Any]] = {
+    "tomesd-style": {"ratio": 0.5, "use_rand": False, "matching": "global", "max_downsample": 2},
+    "random partitions, local": {"ratio": 0.6, "merge_crossattn": True, "max_downsample": 4},
+    "global, one plan per stack, MLP": {
+        "ratio": 0.5,
+        "matching": "global",
+        "share_plan": True,
+        "merge_mlp": True,
+        "mlp_ratio": 0.3,
+        "max_downsample": 4,
+    },
+    "kv, cross-attention and MLP merged": {
+        "mode": "kv",
+        "merge_crossattn": True,
+        "merge_mlp": True,
+        "share_plan": True,
+        "use_rand": False,
+    },
+}
+
+#: Every preset on each family and every custom setting, spread over the three UNet implementations (tracing a
+#: UNet takes seconds on a CPU, so not every pair).
+CASES = [
+    pytest.param(model, {"preset": preset}, id=f"{model}-{preset}")
+    for model, preset in (
+        ("ldm_sd1", "quality"),
+        ("diffusers_sdxl", "quality"),
+        ("diffusers_sd1", "balanced"),
+        ("comfy_sdxl", "balanced"),
+        ("comfy_sd", "fast"),
+        ("diffusers_sdxl", "fast"),
+        ("ldm_sd2", "fastest"),
+        ("comfy_sdxl", "fastest"),
+    )
+]
+CASES += [
+    pytest.param(model, CUSTOM[name], id=f"{model}-{name}")
+    for model, name in (
+        ("ldm_sd1", "tomesd-style"),
+        ("diffusers_sd1", "random partitions, local"),
+        ("comfy_sd", "global, one plan per stack, MLP"),
+        ("diffusers_sdxl", "kv, cross-attention and MLP merged"),
+    )
+]
+
+
+def call(unet: nn.Module, inputs: Any, timestep: float) -> torch.Tensor:
+    """One UNet call of whichever kind (`unet` may be a torch.compile wrapper)."""
+    t = torch.full((inputs.x.shape[0],), timestep)
+    inner = getattr(unet, "_orig_mod", unet)
+    with torch.no_grad():
+        if is_diffusers(inner):
+            added = None
+            if getattr(inner.config, "addition_embed_type", None) == "text_time":
+                added = {"text_embeds": inputs.text_embeds, "time_ids": inputs.time_ids}
+            return unet(inputs.x, t, encoder_hidden_states=inputs.context, added_cond_kwargs=added, return_dict=False)[
+                0
+            ]
+        if type(inner).__module__.startswith("comfy_stub"):
+            return unet(inputs.x, t, context=inputs.context[..., :32], transformer_options={})
+        return unet(inputs.x, t, context=inputs.context)
+
+
+def assert_close(compiled: torch.Tensor, eager: torch.Tensor) -> None:
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))
+
+
+@pytest.mark.parametrize(("model", "fields"), CASES)
+def test_patched_unet_compiles_to_one_graph_for_every_sampling(model: str, fields: dict[str, Any]) -> None:
+    build, _family = MODELS[model]
+    unet = build()
+    inputs = make_inputs(2, 16, 16)
+    plain = {t: call(unet, inputs, t) for t in STEPS}
+    tome_core.apply_patch(unet, **fields)
+    selected = tome_core.stats(unet).selected
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    changed = False
+    for t in STEPS:
+        eager = call(unet, inputs, t)
+        assert_close(call(compiled, inputs, t), eager)
+        changed |= not torch.equal(eager, plain[t])
+    assert changed == (selected > 0)
+    assert len(counter.graphs) == 1
+    assert_ready_for_cuda_graphs(counter.graphs[0])
+
+    # The next generation patches afresh with the same settings: the graph is reused, and only compiled calls run,
+    # so the counts come from what the compiled graph did.
+    tome_core.remove_patch(unet)
+    tome_core.apply_patch(unet, **fields)
+    for t in STEPS:
+        call(compiled, inputs, t)
+    stats = tome_core.stats(unet)
+    assert len(counter.graphs) == 1
+    assert (stats.unet_calls, stats.applied, stats.reached, stats.planned) == (len(STEPS), selected, selected, selected)
+    tome_core.remove_patch(unet)
+    for t in STEPS[:2]:
+        torch.testing.assert_close(call(compiled, inputs, t), plain[t], rtol=0, atol=0)
+
+
+def test_step_window_costs_at_most_one_more_graph() -> None:
+    unet = build_unet("diffusers_sd1")
+    inputs = make_inputs(1, 16, 16)
+    tome_core.apply_patch(unet, preset="balanced", step_start=0.3, step_end=0.7)
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    total = 10
+    for step in range(total):
+        tome_core.set_step(unet, step, total)
+        t = 999.0 - 99 * step
+        assert_close(call(compiled, inputs, t), call(unet, inputs, t))
+    stats = tome_core.stats(unet)
+    assert len(counter.graphs) == 2  # inside the window and outside it
+    assert stats.active_calls == 2 * 4 and stats.applied == stats.selected  # steps 3-6, eager and compiled
+
+
+def test_step_window_of_a_bare_unet_reads_the_timestep_outside_the_graph() -> None:
+    unet = build_unet("ldm_sd1")
+    inputs = make_inputs(1, 16, 16)
+    tome_core.apply_patch(unet, preset="quality", step_start=0.2, step_end=0.6)
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    for t in (999.0, 900.0, 700.0, 500.0, 300.0, 100.0):
+        call(compiled, inputs, t)
+    assert len(counter.graphs) == 2
+    assert tome_core.stats(unet).active_calls == 2  # fractions 0.3 and 0.5
+
+
+def test_a_new_size_compiles_once_more() -> None:
+    unet = build_unet("diffusers_sd1")
+    tome_core.apply_patch(unet, preset="fast")
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    for size, graphs in ((16, 1), (24, 2), (16, 2)):
+        inputs = make_inputs(1, size, size)
+        assert_close(call(compiled, inputs, 500.0), call(unet, inputs, 500.0))
+        assert len(counter.graphs) == graphs
+
+
+def _compile_first(how: str) -> tuple[nn.Module, Any, Callable[[Any, float], torch.Tensor]]:
+    """A UNet compiled before any patch, the object a host would patch, and how the host calls it."""
+    unet = build_unet("diffusers_sd1")
+    counter = GraphCounter()
+    if how == "in place":
+        unet.compile(backend=counter, fullgraph=True)
+        return unet, (unet, counter), lambda inputs, t: call(unet, inputs, t)
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    if how == "the wrapper":
+        return unet, (compiled, counter), lambda inputs, t: call(compiled, inputs, t)
+    if how == "the module it wraps":
+        return unet, (unet, counter), lambda inputs, t: call(compiled, inputs, t)
+    webui = WebUILike(unet)
+    webui.model.diffusion_model = compiled  # a host that swapped in the compiled UNet
+    return unet, (webui, counter), lambda inputs, t: call(compiled, inputs, t)
+
+
+@pytest.mark.parametrize("how", ["in place", "the wrapper", "the module it wraps", "a host's model"])
+def test_unet_compiled_before_the_patch_runs_merged(how: str) -> None:
+    unet, (target, counter), run = _compile_first(how)
+    inputs = make_inputs(2, 16, 16)
+    plain = run(inputs, 500.0)
+    assert len(counter.graphs) == 1
+    tome_core.apply_patch(target, preset="balanced")
+    assert tome_core.find_unet(target) is unet
+    merged = run(inputs, 500.0)
+    stats = tome_core.stats(target)
+    assert len(counter.graphs) == 2  # traced again, once, with the patch
+    assert not torch.equal(merged, plain)
+    assert stats.applied == stats.selected > 0 and stats.unet_calls == 1
+    tome_core.remove_patch(target)
+    torch.testing.assert_close(run(inputs, 500.0), plain, rtol=0, atol=0)
+    assert len(counter.graphs) == 2  # the first graph is valid again
+    compiled_merged = merged
+    eager_unet = build_unet("diffusers_sd1")
+    tome_core.apply_patch(eager_unet, preset="balanced")
+    assert_close(compiled_merged, call(eager_unet, inputs, 500.0))
+
+
+def test_counts_stay_true_when_a_compiled_graph_cannot_see_the_patch() -> None:
+    """A host that drops torch.compile's guards on modules keeps running the graph it traced before the patch: the
+    counts say the blocks ran without ToMe's hooks, never that they merged."""
+    unet = build_unet("diffusers_sd1")
+    counter = GraphCounter()
+    skip_module_guards = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+    compiled = torch.compile(unet, backend=counter, fullgraph=True, options={"guard_filter_fn": skip_module_guards})
+    inputs = make_inputs(1, 16, 16)
+    plain = call(compiled, inputs, 500.0)
+    tome_core.apply_patch(unet, preset="balanced")
+    out = call(compiled, inputs, 500.0)
+    stats = tome_core.stats(unet)
+    assert torch.equal(out, plain) and len(counter.graphs) == 1
+    assert (stats.unet_calls, stats.block_calls, stats.applied) == (1, 0, 0)
+
+
+#: What a compiled graph must never do on a GPU: read back to the host, draw random numbers, size by data.
+HOST_READS = {"item", "tolist", "cpu", "numpy", "nonzero", "unique", "masked_select", "bincount", "__bool__"}
+RANDOM = {"rand", "randn", "randint", "randperm", "bernoulli", "multinomial", "normal_", "uniform_"}
+FACTORIES = {"arange", "ones", "zeros", "full", "empty", "tensor"}
+
+
+def assert_ready_for_cuda_graphs(graph: fx.GraphModule) -> None:
+    """Nothing our code put in the graph reads back, draws from a generator or makes a tensor on the host."""
+    for node in graph.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        frames = [line for line in node.meta.get("stack_trace", "").splitlines() if line.strip().startswith("File")]
+        if not frames or "tome_core" not in frames[-1]:
+            continue  # the model's own code (its timestep embedding makes an arange on the host, say)
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+        assert name not in HOST_READS | RANDOM, node.format_node()
+        assert "generator" not in node.kwargs, node.format_node()
+        if name in FACTORIES:
+            assert node.kwargs.get("device") is not None, f"made on the host: {node.format_node()}"
+
+
+def test_the_graph_check_sees_a_tensor_made_on_the_host() -> None:
+    def made_on_host(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.ones(x.shape[-1])
+
+    made_on_host.__code__ = made_on_host.__code__.replace(co_filename="/x/tome_core/fake.py")
+    counter = GraphCounter()
+    torch.compile(made_on_host, backend=counter, fullgraph=True)(torch.zeros(2, 3))
+    with pytest.raises(AssertionError, match="made on the host"):
+        assert_ready_for_cuda_graphs(counter.graphs[0])
+
+
+def test_inductor_output_equals_eager() -> None:
+    unet = build_unet("ldm_sd1")
+    tome_core.apply_patch(unet, preset="balanced")
+    compiled = torch.compile(unet, fullgraph=True)
+    inputs = make_inputs(2, 16, 16)
+    for t in (999.0, 500.0):
+        assert_close(call(compiled, inputs, t), call(unet, inputs, t))
+    stats = tome_core.stats(unet)
+    assert stats.applied == stats.selected > 0
