@@ -1,12 +1,15 @@
-"""Against a running WebUI (A1111 1.10, Forge 2, reForge, Forge Classic, SD.Next) with the extension installed.
+"""Against a running WebUI (A1111 1.10, Forge 2, Forge Neo, reForge, Forge Classic, SD.Next) with the extension.
 
 Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set. Environment:
 
     TOME_WEBUI_URL       the server, e.g. http://127.0.0.1:7860 (started with --api)
     TOME_WEBUI_HOST      "a1111" (default) or "forge": Forge 2's API needs `hr_additional_modules` for hires
-                         requests and answers HTTP 500 to any `infotext` request field (a host bug); or "sdnext":
-                         a latent hires upscaler with a resize mode, its built-in is `token_merging_method`
-                         plus `tome_ratio` (infotext `ToMe: <ratio>`), its API has no `infotext` request field
+                         requests and answers HTTP 500 to any `infotext` request field (a host bug); or "neo":
+                         Forge Neo, with Forge 2's two API bugs (`hires`, `API_INFOTEXT_MISSING`), no StyleAlign
+                         (its ControlNet's reference_only replaces the self-attention instead), its built-in
+                         Torch Compile Integrated and epsilon scaling; or "sdnext": a latent hires upscaler with a
+                         resize mode, its built-in is `token_merging_method` plus `tome_ratio` (infotext
+                         `ToMe: <ratio>`), its API has no `infotext` request field
     TOME_WEBUI_ARCH      "sd15" (default: 128 px, 3 steps: the presets' 4x4 cells fit the level-4 grid) or "sdxl"
                          (256 px, 2 steps, live previews off): also the model family the speed presets must
                          resolve for ("sd" for SD1.x/SD2.x checkpoints)
@@ -16,6 +19,7 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
     TOME_WEBUI_EVIDENCE  optional: a folder that receives each response's `info` as JSON
 
 Run: `TOME_WEBUI_URL=http://127.0.0.1:7860 python -m pytest -m webui tests/test_live_webui.py -v`.
+How each host was built and started here: docs/hosts.md (Forge Neo, SD.Next) and the README's compatibility table.
 """
 
 from __future__ import annotations
@@ -41,6 +45,18 @@ HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
 ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
 SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (128, 3)
 FAMILY = "sdxl" if ARCH == "sdxl" else "sd"
+#: Forge 2 and Forge Neo: the `backend/` API, whose hires requests need `hr_additional_modules`.
+FORGE_API = HOST in ("forge", "neo")
+
+#: What each host's API answers to a request with an `infotext` field, in its own words (a host bug, or no field).
+API_INFOTEXT_MISSING = {
+    "forge": "Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)",
+    "neo": (
+        "Forge Neo's API answers HTTP 500 to any `infotext` field: TypeError: isinstance() argument 2 cannot be a "
+        "parameterized generic (modules/api/api.py: apply_infotext, get_field_value)"
+    ),
+    "sdnext": "SD.Next's API has no `infotext` request field (modules/api/models.py)",
+}
 
 
 def overrides(**extra: Any) -> dict[str, Any]:
@@ -74,7 +90,9 @@ def hires(**extra: Any) -> dict[str, Any]:
         "hr_second_pass_steps": 2,
         "hr_sampler_name": "Euler a",
     }
-    if HOST == "forge":
+    if FORGE_API:
+        # Without it: HTTP 500, "argument of type 'NoneType' is not iterable" (Neo: processing.py, `sample`);
+        # and both hosts default `hr_cfg` to 1.0 (the hires pass would run without guidance).
         fields["hr_additional_modules"] = ["Use same choices"]
         fields["hr_cfg"] = 7.0
     if HOST == "sdnext":
@@ -232,10 +250,8 @@ def test_builtin_is_switched_off_while_ours_runs() -> None:
 
 
 def test_paste_through_the_api_infotext_field() -> None:
-    if HOST == "forge":
-        pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
-    if HOST == "sdnext":
-        pytest.skip("SD.Next's API has no `infotext` request field (modules/api/models.py)")
+    if HOST in API_INFOTEXT_MISSING:
+        pytest.skip(API_INFOTEXT_MISSING[HOST])
     status, source = post(
         "/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.6, "auto", 2, 2, False)), name="source"
     )
@@ -259,14 +275,87 @@ def test_note_when_no_block_sits_at_the_selected_levels() -> None:
     assert extra_params(payload)["ToMe note"].startswith("merged in 0 of 0 blocks (no transformer block at the")
 
 
+def attention_replacer() -> dict[str, Any]:
+    """A built-in always-on script that replaces every self-attention with a patch (the attention module is skipped).
+
+    Forge 2: StyleAlign Integrated. Forge Neo has no StyleAlign; its ControlNet's `reference_only` preprocessor needs
+    no model file and calls `unet.set_model_replace_all(attn1_proc, 'attn1')`
+    (extensions-builtin/forge_preprocessor_reference). A1111 and SD.Next ship no such built-in.
+    """
+    if HOST == "forge":
+        return {"StyleAlign Integrated": {"args": [True, 1.0]}}
+    if HOST == "neo":
+        _, reference = post("/sdapi/v1/txt2img", plain_request())
+        unit = {"enabled": True, "module": "reference_only", "model": "None", "image": reference["images"][0]}
+        return {"ControlNet": {"args": [unit]}}
+    pytest.skip(f"{HOST} ships no built-in that replaces the self-attention (Forge: StyleAlign, Neo: reference_only)")
+
+
 def test_note_when_another_extension_replaces_the_attention() -> None:
-    if HOST != "forge":
-        pytest.skip("uses Forge's built-in StyleAlign, which replaces self-attention with a patch")
-    scripts = {**tome(True, 0.5), "StyleAlign Integrated": {"args": [True, 1.0]}}
-    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name="stylealign")
+    scripts = {**tome(True, 0.5), **attention_replacer()}
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name="replaced-attention")
     assert status == 200, payload
     note = extra_params(payload)["ToMe note"]
     assert note.startswith("merged in 0 of ") and note.endswith("blocks (attention replaced by another extension)")
+
+
+# ---------------------------------------------------------------------------------------------- Forge Neo only
+
+
+def neo_only() -> None:
+    if HOST != "neo":
+        pytest.skip("a Forge Neo built-in")
+
+
+def test_neo_is_the_host_that_ran() -> None:
+    neo_only()
+    status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=tome(True, 0.5)))
+    assert status == 200 and info_of(payload)["infotexts"][0].endswith("Version: neo")
+
+
+def test_neo_epsilon_scaling_survives_the_builtin_taken_off() -> None:
+    """Neo's `apply_token_merging` adds its epsilon scaling (a post-CFG function) on the patcher that holds the
+    built-in's patches; ours takes the built-in off a clone and must keep the scaling."""
+    neo_only()
+    images = {}
+    for factor in (1.0, 1.05):
+        settings = overrides(token_merging_ratio=0.5, scaling_factor=factor)
+        body = plain_request(override_settings=settings, alwayson_scripts=tome(True, 0.3))
+        status, payload = post("/sdapi/v1/txt2img", body, name=f"neo-eps-{factor}")
+        assert status == 200, payload
+        assert extra_params(payload)["ToMe builtin"] == "disabled"
+        images[factor] = pixels(payload["images"][0])
+    assert images[1.0] != images[1.05]
+
+
+def test_neo_torch_compile_is_never_silent() -> None:
+    """Neo's Torch Compile Integrated puts `torch.compile(unet)` at `forge_objects.unet.model.diffusion_model` in
+    its `process_batch`, before ours runs. ToMe then either merges (the image differs from the compiled one without
+    ToMe) or says why it did not, naming torch.compile (and the image is the compiled one without ToMe).
+
+    The compiled module stays for later requests ("Automatic" keeps it), so the test ends with "Disable".
+    """
+    neo_only()
+    compile_on = {"Torch Compile Integrated": {"args": ["guard_filter_fn"]}}
+
+    def run(name: str, scripts: dict[str, Any]) -> dict[str, Any]:
+        status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name=name)
+        assert status == 200, payload
+        return payload
+
+    try:
+        run("neo-compile-warm", compile_on)  # it compiles; its pixels need not be the later compiled runs' pixels
+        without = pixels(run("neo-compile-without", compile_on)["images"][0])
+        payload = run("neo-compile-with", {**tome(True, 0.5), **compile_on})
+    finally:
+        run("neo-compile-disable", {"Torch Compile Integrated": {"args": ["Disable"]}})
+    extra = extra_params(payload)
+    assert extra["ToMe ratio"] == "0.5"
+    if "ToMe note" in extra:
+        assert "torch.compile" in extra["ToMe note"]
+        assert pixels(payload["images"][0]) == without
+    else:
+        assert pixels(payload["images"][0]) != without
 
 
 # ---------------------------------------------------------------------------------------------- speed presets
@@ -345,10 +434,8 @@ def test_bad_preset_is_refused_with_422() -> None:
 
 @pytest.mark.parametrize("with_hires", [False, True])
 def test_preset_pastes_back_through_the_api_infotext_field(with_hires: bool) -> None:
-    if HOST == "forge":
-        pytest.skip("Forge 2's API answers HTTP 500 to any `infotext` field (TypeError in its apply_infotext)")
-    if HOST == "sdnext":
-        pytest.skip("SD.Next's API has no `infotext` request field (modules/api/models.py)")
+    if HOST in API_INFOTEXT_MISSING:
+        pytest.skip(API_INFOTEXT_MISSING[HOST])
     extra_fields = hires() if with_hires else {}
     args = [{"preset": "fast", "hires": {"preset": "fastest"}}] if with_hires else [{"preset": "fast"}]
     status, source = post(
