@@ -418,3 +418,35 @@ def test_transformer_blocks_give_the_benchmark_each_blocks_level_and_width(arch:
         counts[level] = counts.get(level, 0) + 1
     assert counts == tome_core.blocks_per_level(unet)
     assert blocks[0][1] == first_level and blocks[0][0].norm1.normalized_shape[0] == 320 * first_level
+
+
+@pytest.mark.parametrize("steps", [None, 2])
+def test_compile_runs_a_compiled_twin_of_each_variant_once_per_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int | None
+) -> None:
+    from tome_bench import compiled
+
+    monkeypatch.setattr(compiled, "BACKEND", "eager")  # the graphs dynamo captures, without inductor's code generation
+    torch._dynamo.reset()
+    out = tmp_path / "bench-out"
+    argv = ["--arch", "tiny", "--sizes", "64", "--presets", "balanced", "--variants", "baseline", "--repeats", "2"]
+    argv += ["--compile", "--out", str(out), *(["--steps", str(steps), "--latents", "noise"] if steps else [])]
+    tome_bench.main(argv)
+    torch._dynamo.reset()
+    data = json.loads((out / ("gen.json" if steps else "bench.json")).read_text())
+    rows = {r["variant"]: r for r in data["rows"]}
+    assert set(rows) == {"baseline", "ours:preset=balanced", "baseline+compile", "ours:preset=balanced+compile"}
+    for name in ("baseline+compile", "ours:preset=balanced+compile"):
+        row = rows[name]
+        assert row["compiled"] and row["error"] is None
+        assert (row["graphs"], row["recompiles"]) == (1, 0)  # traced once in the warm-up, never again
+        assert row["compile_s"] is not None and row["speedup_vs_eager"] is not None
+    merged = rows["ours:preset=balanced+compile"]
+    assert merged["deviation"] > 0  # merged, compiled: not the compiled baseline's output
+    assert merged["deviation"] == pytest.approx(rows["ours:preset=balanced"]["deviation"], rel=1e-3)
+    texts = [c["text"] for c in data["checks"]]
+    assert any("ours:preset=balanced compiled: 1 graph(s) in the warm-up, 0 in the timed runs" in t for t in texts)
+    assert any("over the compiled baseline" in t and "eager over eager" in t for t in texts)
+    md = (out / ("gen.md" if steps else "bench.md")).read_text()
+    assert "### With torch.compile (mode default, inductor, fullgraph=True)" in md
+    assert "| compiled speed-up |" in md

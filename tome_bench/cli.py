@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 import tome_core
-from tome_bench import archs, peers, report, run
+from tome_bench import archs, compiled, peers, report, run
 from tome_bench.options import CLOCK_NAMES, LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row, steps_at_strength
 from tome_core import FieldSpec, TomeConfig, field_spec, field_specs
 
@@ -277,6 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH.png",
         help="where the speed-up/deviation plot goes (default: next to the JSON, bench.png or gen.png in --out)",
     )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        default=None,
+        choices=compiled.COMPILE_MODES,
+        metavar="MODE",
+        help="also run every variant (peers and tomesd aside) through torch.compile(unet, fullgraph=True, mode=MODE),"
+        f" inductor, side by side with the eager ones: {', '.join(compiled.COMPILE_MODES)} (default 'default');"
+        " compiled speed-ups are over the compiled baseline; compiling happens in a warm-up round (at least one)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500; per-call mode)")
     gen = p.add_argument_group("whole generations")
@@ -383,6 +394,8 @@ def parse_options(argv: Sequence[str]) -> Options:
         ratios = _csv(a.ratios or matrix.ratios, _ratio, "ratio")
         repeats = a.repeats if a.repeats is not None else matrix.repeats
         warmup = a.warmup if a.warmup is not None else matrix.warmup
+        if a.compile is not None:
+            warmup = max(warmup, 1)  # the compiling runs are not timed
         if repeats < 1:
             raise ValueError(f"--repeats must be at least 1, got {repeats}")
         variants = [v.strip() for v in a.variants.split(",") if v.strip()]
@@ -444,6 +457,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         clock=a.clock,
         strength=strength,
         plot=Path(a.plot) if a.plot else None,
+        compile_mode=a.compile,
     )
 
 
@@ -519,7 +533,7 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
                 torch.cuda.empty_cache()
 
     for r in rows:
-        if r.variant != "baseline" and r.error is None and r.deviation == 0.0:
+        if not r.variant.startswith("baseline") and r.error is None and r.deviation == 0.0:
             notes.append(
                 f"{r.arch} {r.size}px {r.variant}"
                 + ("" if r.ratio is None else f" r={r.ratio:g}")
@@ -531,6 +545,7 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
                     else ""
                 )
             )
+    checks += compiled.checks(rows)
     notes += report.clock_notes(opts)
     wall = time.perf_counter() - started
     table = report.format_table(rows, opts.device, opts.latents)

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, peers, report, run
+from tome_bench import archs, compiled, peers, report, run
 from tome_bench.options import Options, Row, steps_at_strength
 from tome_bench.timing import timed_call
 from tome_core import TomeConfig
@@ -363,6 +363,28 @@ def make_gen_variants(opts: Options, pipe: Any, spec: archs.Arch) -> list[GenVar
     return variants
 
 
+def compiled_gen_twin(v: GenVariant, runner: compiled.Compiled) -> GenVariant:
+    """The same variant with the pipeline's UNet swapped for its compiled wrapper while it runs (the way diffusers
+    documents `pipe.unet = torch.compile(pipe.unet)`); the patch goes on the module the wrapper runs."""
+
+    def apply(pipe: Any, v: GenVariant = v) -> None:
+        plain = pipe.unet
+        pipe.unet = runner.of(plain)
+        try:
+            v.apply(pipe)
+        except BaseException:
+            pipe.unet = plain
+            raise
+
+    def remove(pipe: Any, v: GenVariant = v) -> None:
+        try:
+            v.remove(pipe)
+        finally:
+            pipe.unet = getattr(pipe.unet, "_orig_mod", pipe.unet)
+
+    return GenVariant(compiled.twin_name(v.kind), v.ratio, apply, remove, compiled=True, setting=v.setting)
+
+
 def _describe_ours(fields: dict[str, Any]) -> str:
     """The TomeConfig fields set on the command line (--set, --ours), or 'defaults'."""
     return ", ".join(f"{k}={v!r}" for k, v in fields.items() if k != "ratio") or "defaults"
@@ -420,6 +442,11 @@ def bench_generation_size(
         for kind in kinds
     }
     variants = make_gen_variants(opts, pipe, spec)
+    if opts.compile_mode:
+        runner = compiled.Compiled(opts.compile_mode)
+        peers_out = [v for v in variants if v.peer is not None]  # peers patch their own way: eager only
+        variants = compiled.twins([v for v in variants if v.peer is None], lambda v: compiled_gen_twin(v, runner))
+        variants += peers_out
     base = variants[0]
     rounds = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)] + [(-1, kind) for kind in kinds[1:]]
     # every variant's steps in every round (one that cannot run moves the bar on by its steps), plus the priming
@@ -461,9 +488,10 @@ def bench_generation_size(
             try:
                 v.apply(pipe)
                 fn = v.call(pipe) if v.call is not None else pipe
-                seconds, out, mem = run_generation(
-                    fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
-                )
+                with compiled.counting(v, warm):
+                    seconds, out, mem = run_generation(
+                        fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                    )
             except Exception as exc:  # a peer that fails must not stop the benchmark: its row says why
                 if v is base:
                     raise
@@ -496,6 +524,8 @@ def bench_generation_size(
                 v.leftovers = left
             if v.error is not None:
                 continue
+            if rep == 0:
+                v.first_s = seconds
             diff = run.record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
             if diff is not None:
                 compared += 1
@@ -522,9 +552,10 @@ def bench_generation_size(
             )
     rows = []
     for v in variants:
-        row = run.make_row(spec, label, v, base, kinds)
+        row = run.make_row(spec, label, v, run.base_of(v, variants), kinds)
         row.setting = v.setting
         rows.append(row)
+    compiled.fill_rows(rows, variants)
     return collapse_peer_errors(rows, variants)
 
 
@@ -583,7 +614,7 @@ def main(opts: Options, argv: Sequence[str]) -> int:
             if opts.device.type == "cuda":
                 torch.cuda.empty_cache()
     for r in rows:
-        if r.variant != "baseline" and r.error is None and r.deviation == 0.0:
+        if not r.variant.startswith("baseline") and r.error is None and r.deviation == 0.0:
             notes.append(
                 f"{r.arch} {r.size}px {r.variant}: final latent identical to the baseline's, nothing was changed"
                 + (
@@ -593,6 +624,7 @@ def main(opts: Options, argv: Sequence[str]) -> int:
                     else ""
                 )
             )
+    checks += compiled.checks(rows)
     notes = list(dict.fromkeys(notes + report.clock_notes(opts)))
     wall = time.perf_counter() - started
     opts.out.mkdir(parents=True, exist_ok=True)

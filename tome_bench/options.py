@@ -69,6 +69,9 @@ class Options:
     strength: float = 1.0
     #: Where the plot goes; None: next to the JSON (bench.png, gen.png).
     plot: Path | None = None
+    #: --compile: torch.compile's mode for the compiled twin of every variant (`compiled.COMPILE_MODES`); None: eager
+    #: only.
+    compile_mode: str | None = None
 
     @property
     def mode(self) -> str:
@@ -105,6 +108,13 @@ class Row:
     setting: str | None = None
     #: Per-call mode: (aten ops of the patched call - ops of the unpatched call) / blocks that merged.
     ops_per_block: dict[str, float] | None = None
+    #: --compile: a compiled twin (its `speedup` is over the compiled baseline), its speed-up over the eager
+    #: baseline, first run less median, graphs compiled in the warm-up and during the timed runs.
+    compiled: bool = False
+    speedup_vs_eager: float | None = None
+    compile_s: float | None = None
+    graphs: int | None = None
+    recompiles: int | None = None
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from tome_bench import compiled
 from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread_warning
 from tome_bench.timing import CLOCKS, rss_bytes
 from tome_core import TomeConfig
@@ -424,6 +425,18 @@ def _results(rows: Sequence[Row], opts: Options, generation: bool) -> list[str]:
     if warning:
         lines.append("")
         lines.append(f"**{warning}**")
+    if any(r.compiled for r in rows):
+        lines += [
+            "",
+            f"### With torch.compile (mode {opts.compile_mode}, inductor, fullgraph=True)",
+            "",
+            compiled.format_table(rows),
+            "",
+            "A variant's compiled twin applies the same patch and runs through one `torch.compile(unet)` wrapper."
+            " eager speed-up: eager baseline / eager variant. compiled speed-up: compiled baseline / compiled"
+            " variant. compiled vs eager baseline: eager baseline / compiled variant. compile s: the first (warm-up)"
+            " run less the median. graphs: graphs dynamo compiled in the warm-up; recompiles: in the timed runs.",
+        ]
     return lines
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, ops
+from tome_bench import archs, compiled, ops
 from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread
 from tome_bench.timing import timed_call
 from tome_core import TomeConfig
@@ -75,9 +75,14 @@ def psnr_db(out: torch.Tensor, base: torch.Tensor) -> float | None:
 
 
 def hook_count(model: nn.Module) -> int:
-    """Forward, pre-forward and backward hooks on `model` and every submodule: a removal must bring it back."""
+    """Forward, pre-forward and backward hooks on `model` and every submodule, and the forwards set on their
+    instances (how ours and diffusers' hooks install): a removal must bring it back."""
     return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + len(m._forward_hooks_with_kwargs)
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._backward_hooks)
+        + len(m._forward_hooks_with_kwargs)
+        + ("forward" in m.__dict__)
         for m in model.modules()
     )
 
@@ -101,6 +106,12 @@ class Variant:
     #: Output per start latent kind (the first kind's is `output`).
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     error: str | None = None
+    #: --compile: runs through the compiled UNet; graphs dynamo compiled for it in the warm-up and in timed runs,
+    #: and its first run's time (compiling included).
+    compiled: bool = False
+    graphs: int = 0
+    recompiles: int = 0
+    first_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -309,6 +320,9 @@ def bench_size(
         for kind in kinds
     }
     variants = make_variants(opts, unet, tomesd)
+    runner = compiled.Compiled(opts.compile_mode) if opts.compile_mode else None
+    if runner is not None:
+        variants = compiled.twins(variants, compiled_twin)
     hooks0, classes0 = hook_count(unet), _class_names(unet)
     sample_rss = opts.device.type == "cpu"
     base = variants[0]
@@ -332,9 +346,11 @@ def bench_size(
                 continue
             try:
                 v.apply(unet)
-                seconds, out, mem = run_step(
-                    unet, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
-                )
+                module = runner.of(unet) if runner is not None and v.compiled else unet
+                with compiled.counting(v, warm):
+                    seconds, out, mem = run_step(
+                        module, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                    )
             except Exception as exc:  # a failing comparison must not stop the benchmark
                 if v.kind == "baseline":
                     raise
@@ -348,6 +364,8 @@ def bench_size(
             if hook_count(unet) != hooks0 or _class_names(unet) != classes0:
                 restore_ok = False
                 checks.append((False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal"))
+            if rep == 0:
+                v.first_s = seconds
             diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
             if diff is not None:
                 compared += 1
@@ -367,7 +385,19 @@ def bench_size(
         )
     if restore_ok:
         checks.append((True, f"{spec.name} {label}px: no hook or class left behind by any removal"))
-    return [make_row(spec, label, v, base, kinds) for v in variants]
+    rows = [make_row(spec, label, v, base_of(v, variants), kinds) for v in variants]
+    compiled.fill_rows(rows, variants)
+    return rows
+
+
+def compiled_twin(v: Variant) -> Variant:
+    """The same patch, run through the compiled UNet."""
+    return Variant(compiled.twin_name(v.kind), v.ratio, v.apply, v.remove, compiled=True)
+
+
+def base_of(v: Variant, variants: list[Variant]) -> Variant:
+    """The baseline a variant's speed-up is over: the eager one, or for a compiled twin the compiled one."""
+    return next(b for b in variants if compiled.eager_name(b.kind) == "baseline" and b.compiled == v.compiled)
 
 
 def _is_ours(kind: str) -> bool:
