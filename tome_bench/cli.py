@@ -495,6 +495,8 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
     info = report.machine_info(opts, tomesd_version)
     per_ratio = ("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None)
     variants_per_size = 1 + len(opts.ratios) * per_ratio + len(opts.presets)
+    if opts.compile_mode:  # a compiled twin of each, tomesd aside
+        variants_per_size += variants_per_size - len(opts.ratios) * ("tomesd" in opts.variants and tomesd is not None)
     runs_per_size = (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants_per_size
     rows: list[Row] = []
     overhead: list[OverheadRow] = []
