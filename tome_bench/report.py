@@ -435,7 +435,8 @@ def _results(rows: Sequence[Row], opts: Options, generation: bool) -> list[str]:
             "A variant's compiled twin applies the same patch and runs through one `torch.compile(unet)` wrapper."
             " eager speed-up: eager baseline / eager variant. compiled speed-up: compiled baseline / compiled"
             " variant. compiled vs eager baseline: eager baseline / compiled variant. compile s: the first (warm-up)"
-            " run less the median. graphs: graphs dynamo compiled in the warm-up; recompiles: in the timed runs.",
+            " run less the median (with --clock cpu this process's CPU time only: inductor also compiles in worker"
+            " processes). graphs: graphs dynamo compiled in the warm-up; recompiles: in the timed runs.",
         ]
     return lines
 
