@@ -759,3 +759,47 @@ def test_stats_ratio_too_small_plans_nothing(build: Callable[..., torch.nn.Modul
     tiny_models.forward(unet, tiny_models.make_inputs(batch=2, height=8, width=8))
     stats = tome_core.stats(unet)
     assert (stats.selected, stats.planned, stats.applied, stats.unet_calls) == (3, 0, 0, 1)
+
+
+# ---------------------------------------------------------------------------------------------- other wrappers
+
+
+def test_a_forward_set_on_the_instance_before_the_patch_runs_inside_ours_and_comes_back(
+    build: Callable[..., torch.nn.Module],
+) -> None:
+    unet = build("ldm_sd1")
+    inputs = tiny_models.make_inputs(batch=2, height=16, width=16)
+    (_name, block), *_ = tiny_models.transformer_blocks(unet)
+    calls: list[int] = []
+    original = block.attn1.forward
+
+    def theirs(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(args[0].shape[1])  # type: ignore[union-attr]
+        return original(*args, **kwargs)
+
+    block.attn1.forward = theirs
+    plain = tiny_models.forward(unet, inputs)
+    tome_core.apply_patch(unet, ratio=0.5, use_rand=False)
+    merged = tiny_models.forward(unet, inputs)
+    tome_core.remove_patch(unet)
+    assert calls == [256, 128]  # theirs ran unpatched, then on our merged tokens
+    assert not torch.equal(merged, plain)
+    assert block.attn1.__dict__["forward"] is theirs
+    assert torch.equal(tiny_models.forward(unet, inputs), plain)
+
+
+def test_a_wrapper_added_after_the_patch_keeps_working_once_ours_is_removed(
+    build: Callable[..., torch.nn.Module],
+) -> None:
+    unet = build("ldm_sd1")
+    inputs = tiny_models.make_inputs(batch=2, height=16, width=16)
+    plain = tiny_models.forward(unet, inputs)
+    tome_core.apply_patch(unet, ratio=0.5, use_rand=False)
+    tiny_models.forward(unet, inputs)
+    for _name, block in tiny_models.transformer_blocks(unet):
+        for module in (block, block.attn1):  # another extension wraps ours
+            ours = module.forward
+            module.forward = lambda *args, _ours=ours, **kwargs: _ours(*args, **kwargs)
+    tome_core.remove_patch(unet)
+    assert not tome_core.is_patched(unet)
+    assert torch.equal(tiny_models.forward(unet, inputs), plain)  # ours, still in its chain, merges nothing
