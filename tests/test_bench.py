@@ -445,6 +445,7 @@ def test_compile_runs_a_compiled_twin_of_each_variant_once_per_size(
     assert merged["deviation"] > 0  # merged, compiled: not the compiled baseline's output
     assert merged["deviation"] == pytest.approx(rows["ours:preset=balanced"]["deviation"], rel=1e-3)
     texts = [c["text"] for c in data["checks"]]
+    assert not [c["text"] for c in data["checks"] if not c["ok"] and "left" in c["text"]]  # twins leave nothing
     assert any("ours:preset=balanced compiled: 1 graph(s) in the warm-up, 0 in the timed runs" in t for t in texts)
     assert any("over the compiled baseline" in t and "eager over eager" in t for t in texts)
     md = (out / ("gen.md" if steps else "bench.md")).read_text()

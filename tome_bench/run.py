@@ -323,6 +323,7 @@ def bench_size(
     runner = compiled.Compiled(opts.compile_mode) if opts.compile_mode else None
     if runner is not None:
         variants = compiled.twins(variants, compiled_twin)
+        runner.of(unet)  # wrapped now: torch.compile marks the module it wraps
     hooks0, classes0 = hook_count(unet), _class_names(unet)
     sample_rss = opts.device.type == "cpu"
     base = variants[0]
