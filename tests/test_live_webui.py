@@ -16,7 +16,11 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
     TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)
     TOME_WEBUI_BASELINE  optional: a PNG the same server made for `plain_request()` with the extension absent
                          (`extensions/` without it); ToMe off must give bitwise the same pixels
-    TOME_WEBUI_EVIDENCE  optional: a folder that receives each response's `info` as JSON
+    TOME_WEBUI_EVIDENCE  optional: a folder that receives each response's `info` as JSON (and, for Neo's compile
+                         check, a summary per preset: seconds and recompiles per generation, pixel differences)
+    TOME_WEBUI_SERVER_LOG  optional: the server's stdout/stderr as a file, the server started with
+                         `TORCH_LOGS=recompiles`: Neo's compile check then counts dynamo's recompiles per generation
+                         and asserts none in a second ToMe generation or in the generation without ToMe after it
 
 Run: `TOME_WEBUI_URL=http://127.0.0.1:7860 python -m pytest -m webui tests/test_live_webui.py -v`.
 How each host was built and started here: docs/hosts.md (Forge Neo, SD.Next) and the README's compatibility table.
@@ -328,34 +332,118 @@ def test_neo_epsilon_scaling_survives_the_builtin_taken_off() -> None:
     assert images[1.0] != images[1.05]
 
 
-def test_neo_torch_compile_is_never_silent() -> None:
-    """Neo's Torch Compile Integrated puts `torch.compile(unet)` at `forge_objects.unet.model.diffusion_model` in
-    its `process_batch`, before ours runs. ToMe then either merges (the image differs from the compiled one without
-    ToMe) or says why it did not, naming torch.compile (and the image is the compiled one without ToMe).
+#: Torch Compile Integrated's presets (extensions-builtin/sd_forge_compile/scripts/compile.py). "cudagraphs" is the
+#: cudagraphs backend with fullgraph=True: on a CPU its graphs run without CUDA graphs (dynamo still traces them).
+NEO_COMPILE_PRESETS = ("guard_filter_fn", "dynamic", "cudagraphs")
+#: Why the cudagraphs preset may fail without ToMe (HTTP 500), seen here: on a CPU Neo picks `attention_basic`, whose
+#: `get_attn_precision` reaches `platform.mac_ver()` (backend/memory_management.py: `mac_version`), an `os.stat` that
+#: dynamo cannot trace; with fullgraph=True that is an error instead of a graph break. Neo's `--use-pytorch-cross-
+#: attention` (its default on NVIDIA GPUs) runs SDPA instead, which traces.
+NEO_CUDAGRAPHS_ON_CPU = (
+    "Neo's cudagraphs preset fails without ToMe (HTTP 500: fullgraph=True cannot trace posix.stat in Neo's "
+    "attention_basic on a CPU); start Neo with --use-pytorch-cross-attention to run it"
+)
+#: How far a compiled image may be from the eager one, in 0-255 levels (largest, mean over the pixels): inductor's
+#: kernels round differently from eager; a few steps of a random-weight model carry that into the pixels.
+COMPILE_LARGEST_DIFF, COMPILE_MEAN_DIFF = 2, 0.05
 
-    The compiled module stays for later requests ("Automatic" keeps it), so the test ends with "Disable".
+
+class ServerLog:
+    """What the server logged during each request (`TOME_WEBUI_SERVER_LOG`: its stdout/stderr, written to a file,
+    started with `TORCH_LOGS=recompiles`): dynamo's recompiles, one "Recompiling function" line each."""
+
+    def __init__(self) -> None:
+        path = os.environ.get("TOME_WEBUI_SERVER_LOG")
+        self.path = Path(path) if path else None
+        self.offset = self.path.stat().st_size if self.path else 0
+
+    def recompiles(self) -> int | None:
+        """Recompiles logged since the last call (None without a log)."""
+        if self.path is None:
+            return None
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            text = log.read().decode(errors="replace")
+        self.offset += len(text.encode(errors="replace"))
+        return text.count("Recompiling function")
+
+
+def pixel_diff(a: bytes, b: bytes) -> tuple[int, float]:
+    """(largest, mean) absolute difference of two RGB images of one size, in 0-255 levels."""
+    assert len(a) == len(b)
+    diffs = [abs(x - y) for x, y in zip(a, b, strict=True)]
+    return max(diffs), sum(diffs) / len(diffs)
+
+
+@pytest.mark.parametrize("preset", NEO_COMPILE_PRESETS)
+def test_neo_torch_compile_runs_tome_merged(preset: str) -> None:
+    """Neo's Torch Compile Integrated puts `torch.compile(unet, **preset)` at `forge_objects.unet.model.
+    diffusion_model` in its `process_batch`, before ours patches; the patch goes on the module it wraps, whose
+    compiled graph traces again with ToMe in it. So, with the wrapper kept ("Automatic", as for any request that
+    does not name the script): ToMe's image is the eager ToMe image (float tolerance), not the compiled image without
+    ToMe, with no note; a second ToMe generation recompiles nothing (`TOME_WEBUI_SERVER_LOG`) and gives the same
+    pixels; the next generation without ToMe is the compiled image without ToMe again (nothing leaked).
+
+    The first compiled generation is a warm-up: its pixels need not be those of later compiled generations (seen
+    without ToMe too). The test ends with "Disable" (the wrapper would stay for later requests).
     """
-    neo_only()
-    compile_on = {"Torch Compile Integrated": {"args": ["guard_filter_fn"]}}
+    import time
 
-    def run(name: str, scripts: dict[str, Any]) -> dict[str, Any]:
-        status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name=name)
-        assert status == 200, payload
+    neo_only()
+
+    def compile_as(value: str) -> dict[str, Any]:
+        return {"Torch Compile Integrated": {"args": [value]}}
+
+    log = ServerLog()
+    record: dict[str, Any] = {"preset": preset, "arch": ARCH, "size": SIZE, "steps": STEPS, "generations": {}}
+
+    def run(name: str, scripts: dict[str, Any], *, check: bool = True) -> dict[str, Any]:
+        log.recompiles()
+        start = time.monotonic()
+        status, payload = post("/sdapi/v1/txt2img", plain_request(alwayson_scripts=scripts), name=f"{name}-{preset}")
+        record["generations"][name] = {"seconds": round(time.monotonic() - start, 1), "recompiles": log.recompiles()}
+        assert status == 200 or not check, payload
+        payload["status"] = status
         return payload
 
+    tome_on = tome(True, 0.5)
     try:
-        run("neo-compile-warm", compile_on)  # it compiles; its pixels need not be the later compiled runs' pixels
-        without = pixels(run("neo-compile-without", compile_on)["images"][0])
-        payload = run("neo-compile-with", {**tome(True, 0.5), **compile_on})
+        eager_off = pixels(run("eager-off", compile_as("Disable"))["images"][0])
+        eager_tome = run("eager-tome", {**tome_on, **compile_as("Disable")})
+        warm = run("compile-warm", compile_as(preset), check=False)
+        if warm["status"] != 200 and preset == "cudagraphs":
+            pytest.skip(NEO_CUDAGRAPHS_ON_CPU)
+        assert warm["status"] == 200, warm
+        compiled_off = pixels(run("compiled-off", {})["images"][0])
+        first = run("compiled-tome", tome_on)
+        second = run("compiled-tome-again", tome_on)
+        after = pixels(run("compiled-off-after", {})["images"][0])
     finally:
-        run("neo-compile-disable", {"Torch Compile Integrated": {"args": ["Disable"]}})
-    extra = extra_params(payload)
-    assert extra["ToMe ratio"] == "0.5"
-    if "ToMe note" in extra:
-        assert "torch.compile" in extra["ToMe note"]
-        assert pixels(payload["images"][0]) == without
-    else:
-        assert pixels(payload["images"][0]) != without
+        run("disable", compile_as("Disable"))
+    merged, eager = pixels(first["images"][0]), pixels(eager_tome["images"][0])
+    record["diff"] = {
+        "compiled ToMe vs eager ToMe": pixel_diff(merged, eager),
+        "compiled off vs eager off": pixel_diff(compiled_off, eager_off),
+        "compiled off vs eager ToMe": pixel_diff(compiled_off, eager),
+        "compiled ToMe vs compiled off": pixel_diff(merged, compiled_off),
+    }
+    evidence = os.environ.get("TOME_WEBUI_EVIDENCE")
+    if evidence:
+        Path(evidence, f"{HOST}-{ARCH}-compile-{preset}-summary.json").write_text(json.dumps(record, indent=1))
+    for payload in (first, second):
+        extra = extra_params(payload)
+        assert extra["ToMe ratio"] == "0.5" and "ToMe note" not in extra, extra
+    assert extra_params(eager_tome).get("ToMe note") is None
+    assert merged != compiled_off  # merged: not the compiled image without ToMe
+    largest, mean = record["diff"]["compiled ToMe vs eager ToMe"]
+    assert largest <= COMPILE_LARGEST_DIFF and mean <= COMPILE_MEAN_DIFF, record["diff"]
+    assert mean < record["diff"]["compiled off vs eager ToMe"][1] / 4, record["diff"]
+    assert pixels(second["images"][0]) == merged
+    assert after == compiled_off  # no leak: the graph without ToMe is valid again
+    if log.path is not None:
+        generations = record["generations"]
+        assert generations["compiled-tome-again"]["recompiles"] == 0, record
+        assert generations["compiled-off-after"]["recompiles"] == 0, record
 
 
 # ---------------------------------------------------------------------------------------------- speed presets

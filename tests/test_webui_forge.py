@@ -15,7 +15,7 @@ import pytest
 import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
 from modules import errors, sd_models, shared
-from webui_stub import forge
+from webui_stub import forge, harness
 from webui_stub.harness import custom_args, tome_args
 
 import tome_core
@@ -204,26 +204,35 @@ def test_attn1_patch_of_another_extension_still_merges(engine: forge.Engine, mod
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain.sampler.outputs(), p.sampler.outputs()))
 
 
-@pytest.mark.parametrize(
-    ("compiled", "note"),
-    [
-        (
-            "inplace",
-            "merged in 0 of 4 blocks (the UNet ran without ToMe's hooks: torch.compile, or another extension "
-            "replaced its forward)",
-        ),
-        (
-            "wrapper",
-            "merged in 0 of 4 blocks (the blocks ran without ToMe's hooks: torch.compile, or another extension "
-            "replaced them)",
-        ),
-    ],
-)
-def test_compiled_unet_that_ignores_hooks_is_noted(engine: forge.Engine, compiled: str, note: str) -> None:
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Each test traces its own UNet: dynamo's caches are global and keyed by code the stand-in UNets share."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("how", ["wrapper", "in place"])
+def test_compiled_unet_that_ignores_the_patch_is_noted(engine: forge.Engine, how: str) -> None:
+    """A host that drops torch.compile's guards on modules keeps running the graph it traced before the patch: the
+    UNet's own hooks run (eagerly, around the graph), its blocks' do not, and the note says so."""
+    unet = engine.forge_objects.unet.model.diffusion_model
+    options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+    graphs = harness.GraphCounter()
+    if how == "wrapper":
+        engine.forge_objects.unet.model.diffusion_model = torch.compile(unet, backend=graphs, options=options)
+    else:
+        unet.compile(backend=graphs, options=options)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    _, processed = webui.run(tome=custom_args(), sampler=forge.ForgeSampler(compiled=compiled))
-    assert processed.extra_generation_params[NOTE] == note
-    assert not patched(engine)
+    plain, _ = webui.run(tome=tome_args(False))
+    p, processed = webui.run(tome=custom_args())
+    assert processed.extra_generation_params[NOTE] == (
+        "merged in 0 of 4 blocks (the blocks ran without ToMe's hooks: another extension replaced them, or a "
+        "torch.compile graph traced before the patch, run with its guards on modules dropped)"
+    )
+    assert all(torch.equal(a, b) for a, b in zip(plain.sampler.outputs(), p.sampler.outputs(), strict=True))
+    assert graphs.graphs == 1 and not patched(engine)
 
 
 def test_sdxl_merges_with_auto_levels_and_notes_level_1() -> None:
@@ -281,18 +290,27 @@ def test_checkpoint_change_leaves_the_old_unet_clean(engine: forge.Engine) -> No
     assert not patched(engine) and not patched(other)
 
 
-def test_unet_compiled_by_the_host_is_patched_through_its_wrapper() -> None:
-    """reForge --torch-compile puts a compiled wrapper at `diffusion_model`: the patch goes on the module it wraps,
-    which the wrapper's graph traces again (tests/test_core_compile.py compiles for real; the stand-in sampler runs
-    the wrapped module)."""
-    unet = forge.build_unet(forge.SD1_DEPTHS, seed=0)
-    engine = forge.Engine(unet)
-    engine.forge_objects.unet.model.diffusion_model = torch.compile(unet)
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_reforge_torch_compile_runs_tome_merged() -> None:
+    """reForge's `--torch-compile` puts a compiled wrapper at `diffusion_model` when the model loads: the patch goes
+    on the module it wraps, whose graph traces again (once), and the image is the eager merged one. A second
+    generation compiles nothing; one without ToMe is the compiled image without ToMe again."""
+    eager_engine = forge.Engine(forge.build_unet(forge.SD1_DEPTHS, seed=0))
+    eager, _ = forge.ForgeWebUI(eager_engine, lazy=False).run(tome=custom_args())
+    engine = forge.Engine(forge.build_unet(forge.SD1_DEPTHS, seed=0))
+    graphs = harness.GraphCounter()
+    unet = forge.reforge_torch_compile(engine, graphs)
     webui = forge.ForgeWebUI(engine, lazy=False)
-    plain, merged = forge.ForgeSampler(), forge.ForgeSampler()
-    webui.run(tome=tome_args(False), sampler=plain)
-    _, processed = webui.run(tome=custom_args(), sampler=merged)
+    plain, _ = webui.run(tome=tome_args(False))
+    merged, processed = webui.run(tome=custom_args())
     assert NOTE not in processed.extra_generation_params
-    assert {r.config for r in merged.records} == {FIRST}
-    assert not torch.equal(merged.outputs()[-1], plain.outputs()[-1])
+    assert {r.config for r in merged.sampler.records} == {FIRST}
+    assert not torch.equal(merged.sampler.outputs()[-1], plain.sampler.outputs()[-1])
+    outputs = zip(merged.sampler.outputs(), eager.sampler.outputs(), strict=True)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in outputs)
+    assert graphs.graphs == 2
+    webui.run(tome=custom_args())
+    off, _ = webui.run(tome=tome_args(False))
+    assert graphs.graphs == 2
+    assert all(torch.equal(a, b) for a, b in zip(off.sampler.outputs(), plain.sampler.outputs(), strict=True))
     assert not tome_core.is_patched(unet) and errors.reported == []

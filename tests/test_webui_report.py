@@ -38,8 +38,8 @@ def report(steps: int = 20, **changes: object) -> PassReport:
         (
             {"unet_calls": 0, "active_calls": 0, "planned": 0, "reached": 0, "applied": 0},
             20,
-            "merged in 0 of 5 blocks (the UNet ran without ToMe's hooks: torch.compile, or another extension "
-            "replaced its forward)",
+            "merged in 0 of 5 blocks (the UNet ran without ToMe's hooks: another extension replaced its forward, or "
+            "a torch.compile graph traced before the patch, run with its guards on modules dropped)",
         ),
         (
             {
@@ -57,8 +57,8 @@ def report(steps: int = 20, **changes: object) -> PassReport:
         (
             {"planned": 0, "reached": 0, "applied": 0, "block_calls": 0},
             20,
-            "merged in 0 of 5 blocks (the blocks ran without ToMe's hooks: torch.compile, or another extension "
-            "replaced them)",
+            "merged in 0 of 5 blocks (the blocks ran without ToMe's hooks: another extension replaced them, or a "
+            "torch.compile graph traced before the patch, run with its guards on modules dropped)",
         ),
         (
             {"planned": 0, "reached": 0, "applied": 0, "active_calls": 0},

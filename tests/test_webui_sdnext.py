@@ -15,7 +15,7 @@ import pytest
 import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
 from modules import errors, script_callbacks, shared
-from webui_stub import sdnext
+from webui_stub import harness, sdnext
 from webui_stub.harness import custom_args, tome_args
 
 import tome_core
@@ -234,3 +234,52 @@ def test_failed_pipeline_call_leaves_nothing(pipe: sdnext.Pipeline) -> None:
     p, _ = webui.run(tome=custom_args(), enable_hr=True, fail_at="hires")
     assert shared.state.interrupted and [c.pass_name for c in p.calls] == ["first"] * 3
     assert clean(pipe.unet)
+
+
+# ---------------------------------------------------------------------------------------------- torch.compile
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Each test traces its own UNet: dynamo's caches are global and keyed by code the tiny UNets share."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize(
+    ("options", "hires"),
+    [(sdnext.COMPILE_OPTIONS, False), (("repeated", "dynamic"), True)],
+    ids=["UNet wrapped", "blocks compiled in place, hires"],
+)
+def test_compiled_model_runs_tome_merged(options: tuple[str, ...], hires: bool) -> None:
+    """SD.Next compiles the UNet when the model loads (a wrapper at `pipe.unet` by default; its transformer blocks in
+    place without "components"). The patch goes on the UNet module, the compiled graphs trace again with ToMe's
+    hooks in them, and the images are the eager merged ones (the hires pass seen from the UNet's calls). A second
+    generation compiles nothing; one without ToMe gives the compiled images without ToMe again.
+
+    The wrapper runs the first pass only: its dynamic shapes trace slowly, and the hires pass is the same path."""
+    eager, _ = sdnext.SDNextWebUI(sdnext.build_pipeline("diffusers_sd1", seed=0)).run(
+        tome=custom_args(), enable_hr=hires, steps=2
+    )
+    pipe = sdnext.build_pipeline("diffusers_sd1", seed=0)
+    graphs = harness.GraphCounter()
+    sdnext.compile_torch(pipe, graphs, options)
+    webui = sdnext.SDNextWebUI(pipe)
+    plain, _ = webui.run(tome=tome_args(False), enable_hr=hires, steps=2)
+    compiled = graphs.graphs
+    merged, processed = webui.run(tome=custom_args(), enable_hr=hires, steps=2)
+    assert processed is not None and NOTE not in processed.extra_generation_params
+    expected = {(0, "first"): FIRST, (0, "hires"): FIRST} if hires else {(0, "first"): FIRST}
+    assert sdnext.passes(merged) == expected
+    pairs = zip(sdnext.outputs(merged), sdnext.outputs(eager), strict=True)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in pairs)
+    assert not torch.equal(sdnext.outputs(merged)[-1], sdnext.outputs(plain)[-1])
+    assert graphs.graphs > compiled  # traced again with the patch
+    after_merged = graphs.graphs
+    webui.run(tome=custom_args(), enable_hr=hires, steps=2)
+    off, _ = webui.run(tome=tome_args(False), enable_hr=hires, steps=2)
+    assert graphs.graphs == after_merged
+    assert all(torch.equal(a, b) for a, b in zip(sdnext.outputs(off), sdnext.outputs(plain), strict=True))
+    assert clean(getattr(pipe.unet, "_orig_mod", pipe.unet)) and errors.reported == []

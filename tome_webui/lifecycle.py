@@ -20,7 +20,7 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
 * `postprocess_batch`, after the passes of each batch and before its images' infotexts are written: write the
   values each pass ran with (`tome_webui.infotext.entries` for the families seen), compare what each pass really
   merged with what its config selects (`tome_webui.report`) and write `ToMe note` when they differ (another
-  extension replaced the attention, a compiled UNet, a model without a UNet, ...).
+  extension replaced the attention, a compiled graph that does not check its modules, a model without a UNet, ...).
 * `postprocess`: remove every patch this script instance applied.
 * Also removed: on SD.Next's `on_after_process` (it skips `postprocess` after an interrupt), on `on_model_loaded`
   (the model object may be reused for another checkpoint; the next pass hook re-applies) and `on_script_unloaded`
@@ -28,7 +28,10 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
 
 Hosts: the model object is handed to its host adapter (`tome_webui.hosts`: A1111, Forge 2 / Forge Neo / reForge /
 Forge Classic, SD.Next) for its UNet module and the built-in token merging; patches are applied to the UNet module
-itself. A host that fires no per-step callback (SD.Next: no `on_cfg_denoiser`, no `before_hr` and no
+itself. Where the host keeps a `torch.compile` wrapper in the UNet's place (Forge Neo's Torch Compile Integrated,
+reForge's `--torch-compile`, SD.Next's compile: docs/hosts.md), the adapter hands over the wrapper and `tome_core`
+patches the module it wraps; the wrapper's graph traces again once with the patch in it and merges, and after the
+patch is removed its earlier graph runs again. Nothing here differs for a compiled UNet. A host that fires no per-step callback (SD.Next: no `on_cfg_denoiser`, no `before_hr` and no
 `process_before_every_sampling`) gets its first pass from `process_batch`, and the adapter's `watch` runs
 `on_unet_call` before every call of each loaded model's UNet: it starts the next pass when `p.is_hr_pass` changes
 (hires) or another UNet runs (a refiner), and otherwise does what `on_cfg_denoiser` does.
@@ -271,7 +274,7 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False, model:
             tome_core.set_step(unet, None, None)
         run.runtime.patched.add(unet)
         return unet
-    except (TypeError, ValueError) as exc:  # no transformer blocks, or a compiled UNet
+    except (TypeError, ValueError) as exc:  # no transformer blocks (a compiled wrapper is patched through)
         run.unpatchable.add(id(unet))
         run.problems[f"not applied: cannot patch {type(model).__name__}: {exc}"] = None
         return None

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from tome_core import TomeStats
 
 PASS_LABELS: Mapping[str, str] = {"first": "first pass", "hires": "hires pass", "img2img": "img2img"}
+#: The one way torch.compile keeps ToMe's hooks out. A patch changes the patched modules' `forward`, which the guards
+#: of a graph compiled before it check, so that graph is traced again with the patch in it (Forge Neo's, reForge's
+#: and SD.Next's compile keep those guards; Neo's filter drops only guards on `transformer_options`). A host that
+#: drops the guards on modules (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`, say) runs the old graph.
+STALE_GRAPH = "a torch.compile graph traced before the patch, run with its guards on modules dropped"
 
 
 @dataclass(frozen=True)
@@ -44,15 +49,15 @@ def explain(report: PassReport) -> str | None:
         if report.steps == 0:
             return None  # the pass did not sample (or the host does not say): nothing to compare
         return (
-            f"{verb} 0 of {s.selected} blocks (the UNet ran without ToMe's hooks: torch.compile, or another "
-            "extension replaced its forward)"
+            f"{verb} 0 of {s.selected} blocks (the UNet ran without ToMe's hooks: another extension replaced its "
+            f"forward, or {STALE_GRAPH})"
         )
     if s.applied >= s.selected:
         return None
     reasons = []
     if s.planned < s.selected:
         if s.block_calls == 0:
-            reasons.append("the blocks ran without ToMe's hooks: torch.compile, or another extension replaced them")
+            reasons.append(f"the blocks ran without ToMe's hooks: another extension replaced them, or {STALE_GRAPH}")
         elif s.active_calls == 0:
             reasons.append("the step window excluded every step")
         elif s.grid_misses:

@@ -21,10 +21,9 @@ generations whose sampler evaluates the real stand-in UNet, so outputs can be co
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,6 +317,19 @@ def apply_token_merging(engine: Engine, ratio: float) -> None:
         engine.forge_objects.unet = TomePatcher().patch(engine.forge_objects.unet, ratio)
 
 
+def reforge_torch_compile(engine: Engine, backend: Any) -> nn.Module:
+    """reForge's `--torch-compile`, at model load (`modules_forge/forge_loader.py: load_model_for_a1111` calls
+    `modules_forge/unet_patcher.py: UnetPatcher.compile_model`): the UNet at `forge_objects.unet.model.
+    diffusion_model` becomes `torch.compile(unet, backend=..., fullgraph=False, dynamic=True)` (its inductor settings,
+    `mode` "default"), once, before any generation. reForge also sets `suppress_errors=True` and
+    `cache_size_limit=32` for the whole process; the stand-in changes no global setting. Returns the plain UNet
+    (reForge's `sd_model.model.diffusion_model`, set before the compile)."""
+    kmodel = engine.forge_objects.unet.model
+    unet = kmodel.diffusion_model
+    kmodel.diffusion_model = torch.compile(unet, backend=backend, fullgraph=False, dynamic=True)
+    return unet
+
+
 def builtin_patched(engine: Any) -> bool:
     patches = engine.forge_objects.unet.model_options.get("transformer_options", {}).get("patches", {})
     return any(getattr(fn, "__qualname__", "").startswith("TomePatcher.") for fns in patches.values() for fn in fns)
@@ -340,13 +352,12 @@ class ForgeSampler:
     """Evaluates the engine's UNet through its patcher, one call per step (cond and uncond in one batch).
 
     `other_extension(patcher) -> patcher` runs right before sampling, like another extension's
-    `process_before_every_sampling` (an attention replace patch, say). `compiled`: the UNet runs as a graph
-    compiled before ToMe's patch whose host dropped the guards that would trace it again, so the patch is ignored:
-    "wrapper" (a compiled wrapper, so only the UNet's own hooks run) or "inplace" (no hook runs at all).
+    `process_before_every_sampling` (an attention replace patch, say). `diffusion_model` is called as the host
+    calls it: a `torch.compile` wrapper there (reForge's `--torch-compile`) or a UNet compiled in place runs
+    compiled (give it `harness.GraphCounter` as its backend: dynamo traces, without generating kernels).
     """
 
     other_extension: Callable[[UnetPatcher], UnetPatcher] | None = None
-    compiled: str | None = None
     fail_at: tuple[str, int] | None = None
     latent: int = 8  # the first pass's latent side; the hires pass's is twice it
     records: list[Sampled] = field(default_factory=list)
@@ -366,44 +377,18 @@ class ForgeSampler:
             if self.fail_at == (pass_name, step):
                 raise RuntimeError(f"sampler failed in the {pass_name} pass")
             patcher = engine.forge_objects.unet
-            unet = patcher.model.diffusion_model
-            # A torch.compile wrapper: run the module it wraps (compiling would take the test a minute).
-            unet = getattr(unet, "_orig_mod", unet)
+            module = patcher.model.diffusion_model
             options = copy.copy(patcher.model_options.get("transformer_options", {}))
             t = torch.full((2,), 999.0 * (1 - step / steps))
-            with torch.no_grad(), _hooks_ignored(unet, self.compiled):
-                call = unet.forward if self.compiled == "inplace" else unet
-                x = call(x, t, context=context, transformer_options=options)
+            with torch.no_grad():
+                x = module(x, t, context=context, transformer_options=options)
+            unet = getattr(module, "_orig_mod", module)
             config = tome_core.get_config(unet) if isinstance(unet, ForgeUNet) else None
             self.records.append(Sampled(pass_name, p.iteration, config, builtin_patched(engine), x.clone()))
         return x
 
     def outputs(self) -> list[torch.Tensor]:
         return [r.output for r in self.records]
-
-
-@contextlib.contextmanager
-def _hooks_ignored(unet: nn.Module, compiled: str | None) -> Iterator[None]:
-    """Inside: whatever was added to the UNet's submodules does not run, hooks or a forward set on the instance (a
-    graph traced before the patch that a host keeps running without checking the modules: torch.compile with its
-    module guards dropped)."""
-    if compiled is None:
-        yield
-        return
-    modules = [m for m in unet.modules() if m is not unet]
-    saved = [(m, m._forward_pre_hooks.copy(), m._forward_hooks.copy(), m.__dict__.get("forward")) for m in modules]
-    for module, _, _, _ in saved:
-        module._forward_pre_hooks.clear()
-        module._forward_hooks.clear()
-        module.__dict__.pop("forward", None)
-    try:
-        yield
-    finally:
-        for module, pre, post, forward in saved:
-            module._forward_pre_hooks.update(pre)
-            module._forward_hooks.update(post)
-            if forward is not None:
-                module.__dict__["forward"] = forward
 
 
 def reset_forge_objects(engine: Engine, which: str) -> None:

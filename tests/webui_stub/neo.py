@@ -16,8 +16,9 @@ Forge 2, modelled here:
   QwenImage; `is_wan` on Wan, QwenImage and Anima). Neo loads no SD2.x checkpoint.
 * The built-in `Torch Compile Integrated` (`extensions-builtin/sd_forge_compile/scripts/compile.py`, loaded before
   every user extension): `before_process_batch` puts the plain module back at `kmodel.diffusion_model` (for LoRA);
-  `process_batch` puts `torch.compile(module, ...)` there, kept from one generation to the next while its preset is
-  "Automatic" (the default, so also for API requests that do not name it) and removed by "Disable".
+  `process_batch` puts `torch.compile(module, **config)` there (Neo's three configs, its guard filter included),
+  kept from one generation to the next while its preset is "Automatic" (the default, so also for API requests that
+  do not name it) and removed by "Disable". Dynamo traces the stand-in UNet for real, with a counting backend.
 """
 
 from __future__ import annotations
@@ -128,22 +129,41 @@ def epsilon_scaling(patcher: forge.UnetPatcher) -> bool:
 
 
 COMPILE_TITLE = "Torch Compile Integrated"
-#: Neo's presets, each with the backend the stand-in compiles with instead of Neo's (inductor, cudagraphs): "eager"
-#: runs dynamo's tracing, guards and hook handling as Neo's do, without generating kernels (seconds, not minutes).
-PRESETS: dict[str, dict[str, Any]] = {
-    "guard_filter_fn": {"backend": "eager", "dynamic": False, "fullgraph": False},
-    "dynamic": {"backend": "eager", "dynamic": True, "fullgraph": False},
-    "cudagraphs": {"backend": "eager", "dynamic": True, "fullgraph": True},
-}
+COMPILE_PRESETS = ("guard_filter_fn", "dynamic", "cudagraphs")
+
+
+def skip_torch_compile_dict(guard_entries: list[Any]) -> list[bool]:
+    """Neo's guard filter (after ComfyUI's): every guard whose name mentions `transformer_options` is dropped."""
+    return [("transformer_options" not in entry.name) for entry in guard_entries]
+
+
+def preset_config(preset: str, backend: Any) -> dict[str, Any] | None:
+    """Neo's `match preset` in `process_batch`: a new dict per call, with `backend` in place of Neo's "inductor" and
+    "cudagraphs" (the stand-in's counting backend; dynamo traces, guards and recompiles as it does for Neo's)."""
+    configs: dict[str, dict[str, Any]] = {
+        "guard_filter_fn": {
+            "backend": backend,
+            "dynamic": False,
+            "fullgraph": False,
+            "options": {"guard_filter_fn": skip_torch_compile_dict},
+        },
+        "dynamic": {"backend": backend, "dynamic": True, "fullgraph": False},
+        "cudagraphs": {"backend": backend, "dynamic": True, "fullgraph": True},
+    }
+    return configs.get(preset)
 
 
 class TorchCompileForForge(scripts.Script):
     """Neo's built-in compile script: swaps `kmodel.diffusion_model` for a `torch.compile` wrapper per batch.
 
-    Neo's `__init__` also sets `torch._dynamo.config.cache_size_limit = 256` for the whole process, and its first
-    preset passes `options={"guard_filter_fn": ...}` (guards on `transformer_options` dropped); the stand-in changes
-    no global setting and keeps every guard.
+    As Neo's, the config dict is handed to `torch.compile` itself, which pops `guard_filter_fn` out of its `options`:
+    the config kept as `kmodel._compile_config` then has `options={}`, so naming "guard_filter_fn" again compiles a
+    new wrapper while "Automatic" puts the kept one back. Neo's `__init__` also sets
+    `torch._dynamo.config.cache_size_limit = 256` for the whole process; the stand-in changes no global setting.
+    `backend`: what the wrappers compile with (`NeoWebUI` gives each host its own `harness.GraphCounter`).
     """
+
+    backend: Any = "eager"
 
     def title(self) -> str:
         return COMPILE_TITLE
@@ -164,7 +184,7 @@ class TorchCompileForForge(scripts.Script):
             if compiled:
                 self.restore(kmodel)
             return
-        config = PRESETS.get(preset, getattr(kmodel, "_compile_config", None))
+        config = preset_config(preset, self.backend) or kmodel._compile_config
         if compiled:
             if kmodel._compile_config == config:
                 kmodel.diffusion_model = kmodel._compiled_backup
@@ -186,7 +206,9 @@ class NeoWebUI(forge.ForgeWebUI):
 
     def __init__(self, engine: Any, *, extension: bool = True, lazy: bool = True) -> None:
         harness.reset()
-        scripts.scripts_data.append(scripts.ScriptClassData(TorchCompileForForge, "compile.py", "", None))
+        self.graphs = harness.GraphCounter()  # the graphs Torch Compile Integrated's wrappers compiled
+        compile_script = type(TorchCompileForForge.__name__, (TorchCompileForForge,), {"backend": self.graphs})
+        scripts.scripts_data.append(scripts.ScriptClassData(compile_script, "compile.py", "", None))
         self.engine = engine
         self.module = harness.load_extension() if extension else None
         self.runners = {}
@@ -217,7 +239,7 @@ class NeoWebUI(forge.ForgeWebUI):
 @dataclass
 class NeoSampler(forge.ForgeSampler):
     """Forge's stand-in sampler, calling what Neo calls: `kmodel.diffusion_model`, a `torch.compile` wrapper while
-    Torch Compile Integrated is on (traced by dynamo for real, with the stand-in's eager backend)."""
+    Torch Compile Integrated is on (traced by dynamo for real, with the stand-in's counting backend)."""
 
     def sample(self, p: Any, pass_name: str, steps: int) -> torch.Tensor:
         engine = p.sd_model

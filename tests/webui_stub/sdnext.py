@@ -163,6 +163,28 @@ class TransformerPipeline(DiffusionPipeline):
         return x
 
 
+#: Settings > Compile, "Torch compile options" (`cuda_compile_options`), SD.Next's default.
+COMPILE_OPTIONS: tuple[str, ...] = ("repeated", "dynamic", "components")
+
+
+def compile_torch(pipe: Pipeline, backend: Any, options: tuple[str, ...] = COMPILE_OPTIONS) -> None:
+    """SD.Next's torch.compile of "Model" at load (`modules/sd_models.py: load_diffuser` → `modules/
+    sd_models_compile.py: compile_diffusers, compile_torch`), with `backend` for its `cuda_compile_backend`.
+
+    With "components" the pipeline goes through `apply_function_to_model`, and `compile_torch` reads "repeated" on the
+    pipeline, which has no `compile_repeated_blocks`: `pipe.unet = torch.compile(unet, ...)`, a wrapper. Without it,
+    `compile_torch` gets the UNet itself, and with "repeated" `UNet2DConditionModel.compile_repeated_blocks` compiles
+    every `BasicTransformerBlock` in place (`module.compile`). fullgraph and dynamic follow the options; mode is
+    `cuda_compile_mode` ("default"). SD.Next also sets `suppress_errors` (on unless "verbose") and inductor options
+    for the whole process; the stand-in changes no global setting.
+    """
+    settings = {"backend": backend, "fullgraph": "fullgraph" in options, "dynamic": "dynamic" in options}
+    if "components" not in options and "repeated" in options:
+        pipe.unet.compile_repeated_blocks(**settings)
+    else:
+        pipe.unet = torch.compile(pipe.unet, **settings)
+
+
 def build_pipeline(kind: str = "diffusers_sd1", seed: int = 0, *, name: str = "base") -> Pipeline:
     return Pipeline(tiny_models.build_unet(kind, seed), name=name)
 
