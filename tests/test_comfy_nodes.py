@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 from comfy_stub.patcher import OUTER_SAMPLE, ModelPatcher
 from comfy_stub.sampling import calc_cond_batch, load_checkpoint, sample
+from comfy_stub.torch_compile import torch_compile_model
 
 import tome_core
 from tome_comfy import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
@@ -331,6 +333,116 @@ def test_comfy_block_keys_follow_comfyuis_numbering_and_levels(sd: ModelPatcher)
     }
 
 
+# ---------------------------------------------------------------------------------------------- torch.compile
+
+
+class GraphCounter:
+    """A torch.compile backend that counts the graphs dynamo hands it and runs each as captured."""
+
+    __name__ = "graph_counter"
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        self.graphs.append(gm)
+        return gm.forward
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Dynamo's caches are global and keyed by code objects every stand-in UNet shares."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max()))
+
+
+COMPILE_ORDERS = ("ToMe, then TorchCompileModel", "TorchCompileModel, then ToMe")
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("family", ["sd", "sdxl"])
+@pytest.mark.parametrize("order", COMPILE_ORDERS)
+def test_with_torch_compile_model_in_either_order_the_sampling_merges_in_one_graph(
+    family: str, order: str, caplog: Any
+) -> None:
+    """Issue 24: ComfyUI's TorchCompileModel before or after our node. The sampling merges inside the compiled
+    graph (equal to eager ToMe), one more graph than compile alone for the whole sampling and none for the next
+    prompt (new node outputs, new wrappers), and a sampler on the same model without our node keeps its graph and
+    its image; the log line says the UNet ran under torch.compile."""
+    model = load_checkpoint(family)
+    eager_plain, eager_merged = sample(model), sample(tome(model))
+    assert not torch.equal(eager_plain, eager_merged)
+    counter = GraphCounter()
+
+    def prompt() -> tuple[ModelPatcher, ModelPatcher]:
+        """The nodes of one prompt: a sampler with our node and TorchCompileModel, one with TorchCompileModel alone."""
+        compiled = torch_compile_model(model, counter)
+        if order == COMPILE_ORDERS[0]:
+            return torch_compile_model(tome(model), counter), compiled
+        return tome(compiled), compiled
+
+    merged, compiled = prompt()
+    plain = sample(compiled)
+    assert_close(plain, eager_plain)
+    assert len(counter.graphs) == 1
+    caplog.set_level(logging.INFO, logger="tome")
+    first = sample(merged)
+    assert_close(first, eager_merged)
+    assert len(counter.graphs) == 2
+    (line,) = tome_lines(caplog)
+    assert line.startswith(f"ToMe (Balanced for {family}): ran in ")
+    assert "transformer blocks) under torch.compile (backend graph_counter): " in line
+    assert torch.equal(sample(compiled), plain) and torch.equal(sample(model), eager_plain)
+
+    merged, compiled = prompt()
+    assert torch.equal(sample(merged), first) and torch.equal(sample(compiled), plain)
+    assert len(counter.graphs) == 2
+    assert hook_count(unet_of(model)) == 0 and not tome_core.is_patched(unet_of(model))
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_under_torch_compile_model_a_step_window_and_a_new_size_cost_one_graph_each(sd: ModelPatcher) -> None:
+    counter = GraphCounter()
+    window = torch_compile_model(tome_advanced(sd, step_start=0.25, step_end=0.75), counter)
+    assert_close(sample(window, steps=8), sample(tome_advanced(sd, step_start=0.25, step_end=0.75), steps=8))
+    assert len(counter.graphs) == 2  # inside the window and outside it, not one per step
+    whole = torch_compile_model(tome(sd, "Fast"), counter)
+    assert_close(sample(whole, size=16), sample(tome(sd, "Fast"), size=16))
+    assert_close(sample(whole, size=24), sample(tome(sd, "Fast"), size=24))  # a hires pass: another size
+    assert_close(sample(whole, size=16), sample(tome(sd, "Fast"), size=16))
+    assert len(counter.graphs) == 4
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_under_torch_compile_model_replaced_attention_is_still_counted(sd: ModelPatcher, caplog: Any) -> None:
+    """The log line stays true under compile: a PAG-like extra call with attn1 replaced in the middle block."""
+
+    def post_cfg(args: dict[str, Any]) -> torch.Tensor:
+        from comfy_stub.patcher import set_model_options_patch_replace
+
+        options = set_model_options_patch_replace(
+            args["model_options"], lambda q, k, v, e: v, "attn1", "middle", 0, None
+        )
+        (pag,) = calc_cond_batch(args["model"], [args["cond"]], args["input"], args["sigma"], options)
+        return args["denoised"] + (args["cond_denoised"] - pag) * 0.5
+
+    pag = sd.clone()
+    pag.set_model_sampler_post_cfg_function(post_cfg)
+    caplog.set_level(logging.INFO, logger="tome")
+    merged = tome_advanced(pag, max_downsample="8")
+    eager = sample(merged, steps=3)
+    caplog.clear()
+    assert_close(sample(torch_compile_model(merged, GraphCounter()), steps=3), eager)
+    (line,) = tome_lines(caplog)
+    assert "self-attention replaced by another node" in line and "middle.0.0 (3 of 6 UNet calls)" in line
+    assert line.endswith("(under torch.compile (backend graph_counter))")
+
+
 # ---------------------------------------------------------------------------------------------- inputs
 
 
@@ -370,6 +482,21 @@ def test_preset_tooltip_gives_each_presets_measured_speed_up_and_image_change() 
         assert line == f"{preset.label}: {hint(preset)}"
         for measured in preset.measured.values():
             assert f"about {measured.speedup:.3g}\u00d7 faster" in line
+
+
+def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() -> None:
+    """Issue 25 section 2: what ComfyUI shows as the preset node's description has each preset's measured speed-up
+    and image change, the tooltip's very lines; the class attribute is a string when ComfyUI reads it."""
+    from tome_comfy.nodes import DESCRIPTIONS
+
+    text = NODE_CLASS_MAPPINGS[TOME_NODE].DESCRIPTION
+    assert isinstance(text, str) and text.startswith(DESCRIPTIONS[TOME_NODE])
+    _, extra = NODE_CLASS_MAPPINGS[TOME_NODE].INPUT_TYPES()["required"]["preset"]
+    for preset in tome_core.presets():
+        (line,) = [line for line in extra["tooltip"].splitlines() if line.startswith(f"{preset.label}: ")]
+        assert line in text.splitlines()
+        assert all(f"about {m.speedup:.3g}\u00d7 faster" in line for m in preset.measured.values())
+    assert DESCRIPTIONS[TOME_ADVANCED_NODE] == NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].DESCRIPTION
 
 
 def test_optional_fields_take_minus_one_as_none() -> None:
@@ -431,6 +558,8 @@ def test_v3_nodes_declare_the_same_inputs() -> None:
     names = [name for _, name, _ in schema["inputs"]]
     classic = list(NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].INPUT_TYPES()["required"])
     assert names == classic and schema["node_id"] == TOME_ADVANCED_NODE
+    for node_id in (TOME_NODE, TOME_ADVANCED_NODE):
+        assert nodes[node_id].define_schema()["description"] == NODE_CLASS_MAPPINGS[node_id].DESCRIPTION
     ratio = next(kw for kind, name, kw in schema["inputs"] if name == "ratio")
     spec = tome_core.field_spec("ratio")
     assert (ratio["min"], ratio["max"], ratio["default"]) == (spec.minimum, spec.maximum, spec.default)
@@ -508,13 +637,15 @@ def test_root_init_is_cheap_and_exports_the_mappings() -> None:
         "spec.loader.exec_module(module)\n"
         "heavy = [m for m in ('torch', 'tome_webui', 'gradio', 'tome_core', 'modules') if m in sys.modules]\n"
         "print(sorted(module.NODE_CLASS_MAPPINGS), sorted(module.NODE_DISPLAY_NAME_MAPPINGS), heavy)\n"
+        # What ComfyUI reads when it lists the nodes, after the import: then the core loads.
+        "print('Balanced: ' in module.NODE_CLASS_MAPPINGS['tome_ToMe'].DESCRIPTION)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0, result.stderr
-    assert (
-        result.stdout.strip()
-        == f"{sorted([TOME_NODE, TOME_ADVANCED_NODE])} {sorted([TOME_NODE, TOME_ADVANCED_NODE])} []"
-    )
+    assert result.stdout.splitlines() == [
+        f"{sorted([TOME_NODE, TOME_ADVANCED_NODE])} {sorted([TOME_NODE, TOME_ADVANCED_NODE])} []",
+        "True",
+    ]
 
 
 #: Top-level names our checkout holds besides our own packages, which another custom node may import as its own.

@@ -33,6 +33,30 @@ DESCRIPTIONS = {
 }
 
 
+def description(node_id: str) -> str:
+    """What ComfyUI shows as the node's description: its words, and for the preset node each preset's measured
+    speed-up and change of the image (the preset input's tooltip words, `tome_comfy.inputs.preset_text`)."""
+    text = DESCRIPTIONS[node_id]
+    if node_id == TOME_NODE:
+        from tome_comfy.inputs import preset_text
+        from tome_core import presets
+
+        text += "\n\n" + "\n".join(f"{p.label}: {preset_text(p)}" for p in presets())
+    return text
+
+
+class _DescriptionWhenRead:
+    """A node class's `DESCRIPTION`, made when read: ComfyUI reads it when it lists the nodes (`server.py`
+    `node_info`, as it calls `INPUT_TYPES`), not when it imports the package. The preset words come from
+    `tome_core.presets`, which loads `tome_core` and with it torch; the package import stays without torch."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+
+    def __get__(self, instance: object, owner: type | None = None) -> str:
+        return description(self.node_id)
+
+
 def run_preset(model: Any, preset: str) -> Any:
     """The ToMe node: `model`'s clone with the preset labelled `preset` (ValueError naming the input otherwise)."""
     from tome_comfy.inputs import preset_by_label
@@ -61,7 +85,7 @@ class TomeModel:
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "patch"
     CATEGORY = CATEGORY
-    DESCRIPTION = DESCRIPTIONS[TOME_NODE]
+    DESCRIPTION = _DescriptionWhenRead(TOME_NODE)
     SEARCH_ALIASES = list(SEARCH_ALIASES)
 
     @classmethod
@@ -82,7 +106,7 @@ class TomeModelAdvanced:
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "patch"
     CATEGORY = CATEGORY
-    DESCRIPTION = DESCRIPTIONS[TOME_ADVANCED_NODE]
+    DESCRIPTION = _DescriptionWhenRead(TOME_ADVANCED_NODE)
     SEARCH_ALIASES = list(SEARCH_ALIASES)
 
     @classmethod
@@ -131,7 +155,7 @@ def v3_nodes(io: Any) -> dict[str, type]:
             node_id=node_id,
             display_name=DISPLAY_NAMES[node_id],
             category=CATEGORY,
-            description=DESCRIPTIONS[node_id],
+            description=description(node_id),
             inputs=[io.Model.Input("model", tooltip="The model to sample with ToMe."), *map(v3_input, widgets)],
             outputs=[io.Model.Output()],
             **search,

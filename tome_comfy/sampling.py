@@ -14,6 +14,10 @@ Per sampling the wrapper also
 - skips ComfyUI's built-in TomePatchModel on the same model for this sampling (ours runs, never both), and
 - logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, why fewer
   blocks merged than selected, and also when the sampling was interrupted or failed.
+
+Under ComfyUI's TorchCompileModel (before or after our node: both clones carry both wrappers) the patch goes on the
+module the compiled wrapper runs, which traces it once per setting and size (tome_core's patch docstring); the line
+then says the UNet ran under torch.compile and with which backend.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from torch.utils.hooks import RemovableHandle
 
 import tome_core
 from tome_core import TomeConfig, TomeStats
+from tome_core.compat import eager
 
 log = logging.getLogger("tome")
 
@@ -48,6 +53,28 @@ def is_builtin_tomesd(func: Any) -> bool:
     """Whether an attn1 patch function comes from ComfyUI's TomePatchModel (by its defining module)."""
     parts = re.split(r"[./\\]", getattr(func, "__module__", None) or "")
     return tuple(parts[-2:]) == BUILTIN_MODULE
+
+
+#: ComfyUI's torch.compile wrapper (`comfy_api.torch_helpers.set_torch_compile_wrapper`, used by its
+#: TorchCompileModel node): an APPLY_MODEL wrapper under this key puts the compiled module in place for each model
+#: call; the arguments it compiled with are kept in `model_options` under `COMPILE_KWARGS`.
+COMPILE_WRAPPER = ("apply_model", "torch.compile")
+COMPILE_KWARGS = "torch_compile_kwargs"
+
+
+def compiled_with(model_options: Mapping[str, Any]) -> str | None:
+    """How this sampling's UNet is compiled by ComfyUI's torch.compile wrapper, in the log's words; None without it."""
+    kind, key = COMPILE_WRAPPER
+    wrappers = model_options.get("transformer_options", {}).get("wrappers", {}).get(kind, {})
+    if not wrappers.get(key):
+        return None
+    kwargs = model_options.get(COMPILE_KWARGS) or {}
+    backend = kwargs.get("backend")
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+    details = [f"backend {name}"] if backend is not None else []
+    details += [f"mode {kwargs['mode']}"] if kwargs.get("mode") else []
+    details += ["fullgraph"] if kwargs.get("fullgraph") else []
+    return f"under torch.compile ({', '.join(details)})" if details else "under torch.compile"
 
 
 #: ComfyUI model config classes (`comfy.supported_models`) per preset family; subclasses (SSD-1B, Vega, KOALA,
@@ -207,6 +234,7 @@ class _Run:
         self.calls = 0
         self.replaced: Counter[tuple[str, str]] = Counter()  # (module, block label) -> UNet calls it was replaced
         self.builtin_skipped = 0
+        self.compiled: str | None = None  # `compiled_with`: the UNet runs under ComfyUI's torch.compile wrapper
 
     @classmethod
     def start(cls, request: TomeRequest, patcher: Any, model_options: dict[str, Any]) -> _Run | None:
@@ -222,6 +250,7 @@ class _Run:
         config = request.resolve(family)
         run = cls(request, patcher, unet, family, config)
         run.builtin_skipped = drop_builtin_tomesd(model_options)
+        run.compiled = compiled_with(model_options)
         if run.builtin_skipped:
             log.warning(
                 "ToMe: ComfyUI's TomePatchModel is on this model too; ToMe (%s) runs and the built-in is skipped for"
@@ -256,7 +285,8 @@ class _Run:
                         if key in table or key[:2] in table:
                             self.replaced[(target, label)] += 1
 
-        self.handle = self.unet.register_forward_pre_hook(hook, with_kwargs=True)
+        # Host bookkeeping, never traced: a torch.compile wrapper runs the UNet's own hooks outside its graph.
+        self.handle = self.unet.register_forward_pre_hook(eager(hook), with_kwargs=True)
 
     def follow_steps(
         self, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -304,15 +334,16 @@ class _Run:
             kinds = ", ".join(f"{kind} in {count}" for kind, count in kind_counts(self.config, self.unet, stats))
             log.log(
                 level,
-                "%s ran in %d of %d selected blocks (%d transformer blocks): %s",
+                "%s ran in %d of %d selected blocks (%d transformer blocks)%s: %s",
                 head,
                 stats.applied,
                 stats.selected,
                 stats.total,
+                f" {self.compiled}" if self.compiled else "",
                 kinds or "nothing to merge",
             )
         else:
-            log.warning("%s %s", head, problem)
+            log.warning("%s %s%s", head, problem, f" ({self.compiled})" if self.compiled else "")
 
     def stop(self) -> None:
         if self.handle is not None:

@@ -2,11 +2,13 @@
 call order and clone/patch semantics, written from the facts in docs/comfyui-contract.md (no ComfyUI code).
 
     patcher   ModelPatcher (clone, model_options, wrappers, attn patches/replacements, object patches),
-              WrapperExecutor, the OUTER_SAMPLE constant
-    unet      a tiny UNetModel with ComfyUI's block numbering, transformer_options and BasicTransformerBlock patch
-              points (attn1_patch, patches_replace, attn1_output_patch), SD-like and SDXL-like layouts, and a
-              UNet-less "DiT"
-    sampling  BaseModel.apply_model, calc_cond_batch, CFGGuider.sample/outer_sample/inner_sample, an Euler sampler
-              with ComfyUI's per-step callback, and `sample` (what KSampler runs)
+              WrapperExecutor, get_all_wrappers, the OUTER_SAMPLE, APPLY_MODEL and DIFFUSION_MODEL wrapper types
+    unet      a tiny UNetModel (forward through the DIFFUSION_MODEL wrappers) with ComfyUI's block numbering,
+              transformer_options and BasicTransformerBlock patch points (attn1_patch, patches_replace,
+              attn1_output_patch), SD-like and SDXL-like layouts, and a UNet-less "DiT"
+    sampling  BaseModel.apply_model (through the APPLY_MODEL wrappers), calc_cond_batch,
+              CFGGuider.sample/outer_sample/inner_sample, an Euler sampler with ComfyUI's per-step callback, and
+              `sample` (what KSampler runs)
+    torch_compile  the TorchCompileModel node and set_torch_compile_wrapper (compile now, swap in per model call)
     model_management  InterruptProcessingException, what ComfyUI's interrupt raises out of the step callback
 """

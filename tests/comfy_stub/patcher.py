@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 OUTER_SAMPLE = "outer_sample"  # WrappersMP.OUTER_SAMPLE
+APPLY_MODEL = "apply_model"  # WrappersMP.APPLY_MODEL: around BaseModel._apply_model, class_obj the BaseModel
+DIFFUSION_MODEL = "diffusion_model"  # WrappersMP.DIFFUSION_MODEL: around UNetModel._forward
 
 
 def copy_nested_dicts(value: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +32,12 @@ def merge_nested_dicts(target: dict[str, Any], source: dict[str, Any]) -> dict[s
         else:
             target[key] = item
     return target
+
+
+def get_all_wrappers(wrapper_type: str, transformer_options: dict[str, Any]) -> list[Callable[..., Any]]:
+    """`patcher_extension.get_all_wrappers`: every wrapper of a type from `transformer_options["wrappers"]`, in
+    the order of their keys."""
+    return [w for ws in transformer_options.get("wrappers", {}).get(wrapper_type, {}).values() for w in ws]
 
 
 class WrapperExecutor:

@@ -10,7 +10,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from .patcher import OUTER_SAMPLE, ModelPatcher, WrapperExecutor, copy_nested_dicts, merge_nested_dicts
+from .patcher import (
+    APPLY_MODEL,
+    OUTER_SAMPLE,
+    ModelPatcher,
+    WrapperExecutor,
+    copy_nested_dicts,
+    get_all_wrappers,
+    merge_nested_dicts,
+)
 from .unet import CONTEXT_DIM, DiT, build_unet
 
 
@@ -31,8 +39,9 @@ class Flux:
 
 
 class BaseModel(nn.Module):
-    """`model_base.BaseModel`: `.diffusion_model`, `.model_config`, and `apply_model`, which calls the diffusion
-    model with `(x, t, context=..., control=..., transformer_options=...)`."""
+    """`model_base.BaseModel`: `.diffusion_model`, `.model_config`, and `apply_model`, which runs the APPLY_MODEL
+    wrappers (this model as their `class_obj`) around `_apply_model`, which calls the diffusion model with
+    `(x, t, context=..., control=..., transformer_options=...)`: the attribute, read at call time."""
 
     def __init__(self, diffusion_model: nn.Module, model_config: Any) -> None:
         super().__init__()
@@ -40,6 +49,12 @@ class BaseModel(nn.Module):
         self.model_config = model_config
 
     def apply_model(
+        self, x: torch.Tensor, t: torch.Tensor, c_crossattn: torch.Tensor, transformer_options: dict[str, Any]
+    ) -> torch.Tensor:
+        wrappers = get_all_wrappers(APPLY_MODEL, transformer_options)
+        return WrapperExecutor(self._apply_model, self, wrappers).execute(x, t, c_crossattn, transformer_options)
+
+    def _apply_model(
         self, x: torch.Tensor, t: torch.Tensor, c_crossattn: torch.Tensor, transformer_options: dict[str, Any]
     ) -> torch.Tensor:
         sigma = t
@@ -149,11 +164,7 @@ class CFGGuider:
             merge_nested_dicts(
                 self.model_options["transformer_options"].setdefault("wrappers", {}), self.model_patcher.wrappers
             )
-            wrappers = [
-                w
-                for ws in self.model_options["transformer_options"]["wrappers"].get(OUTER_SAMPLE, {}).values()
-                for w in ws
-            ]
+            wrappers = get_all_wrappers(OUTER_SAMPLE, self.model_options["transformer_options"])
             executor = WrapperExecutor(self.outer_sample, self, wrappers)
             return executor.execute(noise, latent_image, sampler, sigmas, None, callback, False, seed)
         finally:

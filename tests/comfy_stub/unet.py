@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .patcher import DIFFUSION_MODEL, WrapperExecutor, get_all_wrappers
+
 CONTEXT_DIM = 32
 
 
@@ -185,6 +187,22 @@ class UNetModel(nn.Module):
         self.out = nn.Conv2d(c, 4, 3, padding=1)
 
     def forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        context: Any = None,
+        y: Any = None,
+        control: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """`UNetModel.forward`: the DIFFUSION_MODEL wrappers from `transformer_options` around `_forward`."""
+        wrappers = get_all_wrappers(DIFFUSION_MODEL, transformer_options or {})
+        return WrapperExecutor(self._forward, self, wrappers).execute(
+            x, timesteps, context, y, control, transformer_options, **kwargs
+        )
+
+    def _forward(
         self,
         x: torch.Tensor,
         timesteps: torch.Tensor,
