@@ -52,9 +52,9 @@ class Compiled:
         if wrapper is None:
             if BACKEND == "inductor":
                 mode = None if self.mode == "default" else self.mode
-                wrapper = torch.compile(unet, mode=mode, fullgraph=True)
+                wrapper = torch.compile(unet, mode=mode, fullgraph=True, dynamic=False)
             else:
-                wrapper = torch.compile(unet, backend=BACKEND, fullgraph=True)
+                wrapper = torch.compile(unet, backend=BACKEND, fullgraph=True, dynamic=False)
             self.wrappers[id(unet)] = wrapper
         return wrapper
 

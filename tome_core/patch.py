@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import eager, uncompiled
+from tome_core.compat import eager, static_sizes, uncompiled
 from tome_core.config import LEVELS, TomeConfig, auto_levels
 from tome_core.merge import (
     GridLayout,
@@ -111,6 +111,7 @@ class _State:
     tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
     unet_calls: int = 0  # UNet forwards since the last `reset_stats`
     active_calls: int = 0  # ... of which inside the step window
+    unmark: Callable[[], None] | None = None  # takes `compat.static_sizes`' mark off this call's latent
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,7 @@ def remove_patch(model: Any) -> Any:
     unet = find_unet(model)
     state = unet.__dict__.pop(STATE_ATTR, None)
     if state is not None:
+        _unmark(state)  # a call that raised left its latent marked
         for handle in state.handles:
             handle.remove()
         state.handles.clear()
@@ -421,6 +423,8 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
             state.active = False  # not a latent: nothing to merge over
             return
         latent = (int(x.shape[-2]), int(x.shape[-1]))
+        _unmark(state)
+        state.unmark = static_sizes(x)
         if latent != state.latent:
             state.latent = latent
             state.grids = _grids(state.config, state.auto_levels, latent)
@@ -437,8 +441,15 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
 def _unet_post_hook(state: _State) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         state.parts = {}  # not kept alive between calls
+        _unmark(state)
 
     return hook
+
+
+def _unmark(state: _State) -> None:
+    if state.unmark is not None:
+        state.unmark, unmark = None, state.unmark
+        unmark()
 
 
 def _grids(config: TomeConfig, auto: frozenset[int], latent: tuple[int, int]) -> dict[int, _Grid]:
