@@ -31,7 +31,7 @@ PAIRS = [(preset.name, family) for preset in presets() for family in FAMILIES]
 def figures(name: str, family: str) -> str:
     measured = get_preset(name).measured[family]
     return (
-        f"{FAMILY_LABELS[family]}: about {measured.speedup:.3g}\u00d7 faster, the image changes by about"
+        f"{FAMILY_LABELS[family]}: about {measured.speedup:.3g}\u00d7 faster on a CPU, the image changes by about"
         f" {100 * measured.deviation_natural:.2g}%"
     )
 
@@ -58,8 +58,12 @@ def test_the_hint_follows_the_measurements_it_is_made_from() -> None:
     )
     assert (
         preset_hint(remeasured, "sd")
-        == f"{preset_words(fast)}. SD1/SD2: about 2.5\u00d7 faster, the image changes by about 12%."
+        == f"{preset_words(fast)}. SD1/SD2: about 2.5\u00d7 faster on a CPU, the image changes by about 12%."
     )
+    on_gpu = dataclasses.replace(
+        fast, measured=MappingProxyType({**fast.measured, "sd": Measured(0.9, 0.2, 0.125, "a test", "an H100")})
+    )
+    assert "SD1/SD2: about 0.9\u00d7 faster on an H100, the image" in preset_hint(on_gpu, "sd")
     assert preset_hint(remeasured, "sdxl") == preset_hint(fast, "sdxl")
     assert "measured: SD1.5 640 px, a test: 2.5\u00d7 faster, deviation 0.2 from white noise, 0.125 from" in (
         preset_details(remeasured, "sd")

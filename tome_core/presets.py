@@ -38,6 +38,9 @@ class Measured:
     deviation_noise: float
     deviation_natural: float
     setting: str
+    #: Where the speed-up was measured, in the hint's words ("a CPU"): a GPU that runs the UNet eagerly at the
+    #: speed it launches kernels gains far less, or loses (docs/benchmarks.md, 2026-11-25 GPU run).
+    device: str = "a CPU"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class Preset:
 # cost more deviation than it gained). Fast and Fastest merge whole blocks (ToMe) down to level 4 with one
 # destination per 4x4 cell: past Balanced, that bought more speed per unit of deviation than kv with a larger
 # feed-forward ratio (at 512 px kv's speed-up stalled near Balanced's), and the ratio trades one for the other.
+# Fastest merges 0.9: from 0.85 on the deviation hardly grows (the cells are down to one or two tokens) while
+# attention and the feed-forward still shrink. 2026-11-25, CPU: at 0.85 Fastest was within 1-12% of Fast across
+# runs; at 0.9 it ran 14% (512 px) and 24% (768 px) faster than ToMe 0.7 in 10-step runs (each pair two runs) and 15% in
+# the 6-step DPM++ run that `measured` holds (docs/benchmarks.md).
 _SD_KV = {"mode": "kv", "max_downsample": 4}
 _SD_MLP = {
     **_SD_KV,
@@ -74,11 +81,12 @@ _SD_MLP = {
 }
 _SD_MERGE = {"max_downsample": 4, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True}
 # SDXL: the feed-forward (45% of a step) merges only in the level-4 blocks: in the ten level-2 blocks it made most
-# of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation.
+# of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation: Fast
+# merges it at 0.7 (at 0.5 Fast ran 1% above Balanced at 640 px; at 0.7, 31% above it and 7% below Fastest).
 _SDXL_MLP = {"mode": "kv", "merge_crossattn": True, "merge_mlp": True, "mlp_min_downsample": 4, "share_plan": True}
 
-_SD_RUN = "SD1.5 512 px, 10 Euler steps, CPU (2026-11-25)"
-_SDXL_RUN = "SDXL 768 px, 4 Euler steps, CPU (2026-11-24)"
+_SD_RUN = "SD1.5 512 px, 6 DPM++ 2M steps, CPU (2026-11-25)"
+_SDXL_RUN = "SDXL 640 px, 3 DPM++ 2M steps, CPU (2026-11-25)"
 
 _PRESETS: tuple[Preset, ...] = (
     Preset(
@@ -87,7 +95,7 @@ _PRESETS: tuple[Preset, ...] = (
         "Smallest change to the image: self-attention attends to keys/values pooled 2x2, every query kept.",
         families=_frozen({"sd": _frozen(_SD_KV), "sdxl": _frozen({"mode": "kv"})}),
         measured=_frozen(
-            {"sd": Measured(1.22, 0.0047, 0.0018, _SD_RUN), "sdxl": Measured(1.14, 0.0046, 0.0033, _SDXL_RUN)}
+            {"sd": Measured(1.28, 0.0042, 0.0016, _SD_RUN), "sdxl": Measured(1.08, 0.0039, 0.0026, _SDXL_RUN)}
         ),
     ),
     Preset(
@@ -102,37 +110,37 @@ _PRESETS: tuple[Preset, ...] = (
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.34, 0.032, 0.0244, _SD_RUN), "sdxl": Measured(1.4, 0.0294, 0.0243, _SDXL_RUN)}
+            {"sd": Measured(1.43, 0.0321, 0.0231, _SD_RUN), "sdxl": Measured(1.21, 0.0226, 0.0173, _SDXL_RUN)}
         ),
     ),
     Preset(
         "fast",
         "Fast",
         "Faster: SD1/SD2 merge 0.7 of the tokens for whole blocks (ToMe, 4x4 cells) down to level 4;"
-        " SDXL as Balanced, the feed-forward merged at 0.5.",
+        " SDXL as Balanced, the feed-forward merged at 0.7.",
         families=_frozen(
             {
                 "sd": _frozen({**_SD_MERGE, "ratio": 0.7}),
-                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.5}),
+                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.7}),
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.52, 0.0602, 0.0474, _SD_RUN), "sdxl": Measured(1.6, 0.0369, 0.0304, _SDXL_RUN)}
+            {"sd": Measured(1.57, 0.0611, 0.0455, _SD_RUN), "sdxl": Measured(1.59, 0.0332, 0.0258, _SDXL_RUN)}
         ),
     ),
     Preset(
         "fastest",
         "Fastest",
-        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.85 of the tokens for whole blocks (ToMe,"
+        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.9 of the tokens for whole blocks (ToMe,"
         " 4x4 cells) down to level 4; SDXL pools keys/values 4x4 and merges the level-4 feed-forward at 0.8.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MERGE, "ratio": 0.85}),
+                "sd": _frozen({**_SD_MERGE, "ratio": 0.9}),
                 "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "ratio": 0.7, "mlp_ratio": 0.8}),
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.71, 0.0646, 0.0537, _SD_RUN), "sdxl": Measured(2.17, 0.0451, 0.0404, _SDXL_RUN)}
+            {"sd": Measured(1.8, 0.0649, 0.0515, _SD_RUN), "sdxl": Measured(1.7, 0.0352, 0.0294, _SDXL_RUN)}
         ),
     ),
 )
@@ -249,7 +257,7 @@ def preset_hint(preset: Preset | str, family: str | None = None, size: tuple[int
     with a natural image's spectrum, as a percentage. Where and how the figures were measured is in
     `preset_details`, e.g. for a tooltip. Example (Balanced, SD1/SD2 loaded, 512 x 512)::
 
-        The default. SD1/SD2: about 1.34× faster, the image changes by about 2.4%.
+        The default. SD1/SD2: about 1.43× faster on a CPU, the image changes by about 2.3%.
     """
     chosen = _preset(preset)
     families = _families(family)
@@ -260,8 +268,8 @@ def preset_hint(preset: Preset | str, family: str | None = None, size: tuple[int
             figures.append(f"{FAMILY_LABELS[name]}: not measured")
         else:
             figures.append(
-                f"{FAMILY_LABELS[name]}: about {measured.speedup:.3g}\u00d7 faster, the image changes by about"
-                f" {100 * measured.deviation_natural:.2g}%"
+                f"{FAMILY_LABELS[name]}: about {measured.speedup:.3g}\u00d7 faster on {measured.device}, the image"
+                f" changes by about {100 * measured.deviation_natural:.2g}%"
             )
     text = f"{preset_words(chosen)}. {'; '.join(figures)}."
     if size is not None:
@@ -286,8 +294,8 @@ def preset_details(preset: Preset | str, family: str | None = None) -> str:
     """The internals behind `preset_hint`, one line per family (`family` alone when given): what the preset runs
     (`describe_config`) and where its figures were measured, e.g. for a tooltip or a details line::
 
-        SD1/SD2: keys/values pooled over 4×4 cells, ... (measured: SD1.5 512 px, 10 Euler steps, CPU (2026-11-25):
-        1.34× faster, deviation 0.032 from white noise, 0.0244 from a natural-spectrum start)
+        SD1/SD2: keys/values pooled over 4×4 cells, ... (measured: SD1.5 512 px, 6 DPM++ 2M steps, CPU (2026-11-25):
+        1.43× faster, deviation 0.0321 from white noise, 0.0231 from a natural-spectrum start)
     """
     chosen = _preset(preset)
     lines = []
