@@ -263,7 +263,9 @@ def test_attention_replaced_in_every_call_is_counted_and_named(sd: ModelPatcher,
     assert "input.1.0 (4 of 4 UNet calls)" in text
 
 
-def test_pag_like_extra_call_with_replaced_attention_is_reported(sd: ModelPatcher, caplog: Any) -> None:
+def pag_like(model: ModelPatcher) -> ModelPatcher:
+    """`model`'s clone with a PAG-like post-CFG function: an extra call with attn1 replaced in the middle block."""
+
     def post_cfg(args: dict[str, Any]) -> torch.Tensor:
         from comfy_stub.patcher import set_model_options_patch_replace
 
@@ -273,8 +275,13 @@ def test_pag_like_extra_call_with_replaced_attention_is_reported(sd: ModelPatche
         (pag,) = calc_cond_batch(args["model"], [args["cond"]], args["input"], args["sigma"], options)
         return args["denoised"] + (args["cond_denoised"] - pag) * 0.5
 
-    pag = sd.clone()
+    pag = model.clone()
     pag.set_model_sampler_post_cfg_function(post_cfg)
+    return pag
+
+
+def test_pag_like_extra_call_with_replaced_attention_is_reported(sd: ModelPatcher, caplog: Any) -> None:
+    pag = pag_like(sd)
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(pag, max_downsample="8"), steps=3)
     assert "self-attention replaced by another node" in caplog.text
@@ -422,17 +429,7 @@ def test_under_torch_compile_model_a_step_window_and_a_new_size_cost_one_graph_e
 def test_under_torch_compile_model_replaced_attention_is_still_counted(sd: ModelPatcher, caplog: Any) -> None:
     """The log line stays true under compile: a PAG-like extra call with attn1 replaced in the middle block."""
 
-    def post_cfg(args: dict[str, Any]) -> torch.Tensor:
-        from comfy_stub.patcher import set_model_options_patch_replace
-
-        options = set_model_options_patch_replace(
-            args["model_options"], lambda q, k, v, e: v, "attn1", "middle", 0, None
-        )
-        (pag,) = calc_cond_batch(args["model"], [args["cond"]], args["input"], args["sigma"], options)
-        return args["denoised"] + (args["cond_denoised"] - pag) * 0.5
-
-    pag = sd.clone()
-    pag.set_model_sampler_post_cfg_function(post_cfg)
+    pag = pag_like(sd)
     caplog.set_level(logging.INFO, logger="tome")
     merged = tome_advanced(pag, max_downsample="8")
     eager = sample(merged, steps=3)
