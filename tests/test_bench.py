@@ -451,3 +451,66 @@ def test_compile_runs_a_compiled_twin_of_each_variant_once_per_size(
     md = (out / ("gen.md" if steps else "bench.md")).read_text()
     assert "### With torch.compile (mode default, inductor, fullgraph=True)" in md
     assert "| compiled speed-up |" in md
+
+
+def test_cudagraph_skips_are_counted_per_variant_and_shown_for_cuda_graph_modes() -> None:
+    """A graph inductor runs without CUDA graphs (it only logs "skipping cudagraphs due to ...") is counted on the
+    variant that ran it, and the compiled table shows the count for the modes that use CUDA graphs."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from tome_bench import compiled
+    from tome_bench.options import Row
+
+    v = SimpleNamespace(graphs=0, recompiles=0, cudagraph_skips=0)
+    with compiled.counting(v, warm=True):
+        counters["inductor"]["cudagraph_skips"] += 2
+    with compiled.counting(v, warm=False):
+        pass
+    assert v.cudagraph_skips == 2
+    fields = dict(median_s=0.1, speedup=1.0, peak_mem_mib=None, deviation=0.0, times_s=[0.1])
+    rows = [
+        Row("sd15", "64", "baseline", None, **fields),
+        Row("sd15", "64", "baseline+compile", None, **fields, compiled=True, graphs=1, recompiles=0, cudagraph_skips=2),
+    ]
+    assert "| cudagraph skips |" in compiled.format_table(rows, "reduce-overhead")
+    assert compiled.format_table(rows, "reduce-overhead").splitlines()[-1].endswith("| 0 | 2 |")
+    assert "cudagraph skips" not in compiled.format_table(rows, "default")
+
+
+def test_timing_lock_lets_one_process_time_at_a_time(tmp_path: Path) -> None:
+    """--lock: while one process holds the lock another cannot take it; it is free again once released."""
+    path = tmp_path / "lock"
+    probe = (
+        "import fcntl, sys; f = open(sys.argv[1], 'a')\n"
+        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)\n"
+    )
+
+    def other_can_take() -> bool:
+        return subprocess.run([sys.executable, "-c", probe, str(path)], check=False).returncode == 0
+
+    with timing.TimingLock(path) as lock:
+        lock.hold()
+        lock.hold()  # held already: no second lock, no deadlock
+        assert not other_can_take()
+    assert other_can_take()
+    with timing.TimingLock(None) as lock:  # no --lock: nothing to take
+        lock.hold()
+
+
+def test_timing_lock_after_waits_for_the_other_warm_ups(tmp_path: Path) -> None:
+    """--lock-after N: a process times only once N processes sharing the lock have warmed up, or after its wait."""
+    path = tmp_path / "lock"
+    alone = timing.TimingLock(path, after=2, after_s=0.3)
+    started = time.perf_counter()
+    alone.hold()
+    alone.release()
+    assert time.perf_counter() - started >= 0.3  # the other never warmed up: waited the whole time
+    (tmp_path / "lock.warm.1").touch()  # another process has warmed up
+    paired = timing.TimingLock(path, after=2, after_s=30.0)
+    started = time.perf_counter()
+    paired.hold()
+    paired.release()
+    assert time.perf_counter() - started < 5.0
+    assert cli.parse_options(["--lock", str(path), "--lock-after", "3"]).lock_after == 3

@@ -288,6 +288,21 @@ def build_parser() -> argparse.ArgumentParser:
         f" inductor, side by side with the eager ones: {', '.join(compiled.COMPILE_MODES)} (default 'default');"
         " compiled speed-ups are over the compiled baseline; compiling happens in a warm-up round (at least one)",
     )
+    p.add_argument(
+        "--lock",
+        default=None,
+        metavar="PATH",
+        help="hold an exclusive lock on the file PATH from each size's first timed run to its end: several benchmark"
+        " processes sharing PATH warm up and compile side by side and time one at a time (POSIX)",
+    )
+    p.add_argument(
+        "--lock-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --lock: time only once N processes sharing the lock have finished their warm-ups (at most 300 s"
+        " of waiting), so that none compiles on the CPU while another times",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500; per-call mode)")
     gen = p.add_argument_group("whole generations")
@@ -458,6 +473,8 @@ def parse_options(argv: Sequence[str]) -> Options:
         strength=strength,
         plot=Path(a.plot) if a.plot else None,
         compile_mode=a.compile,
+        lock=Path(a.lock) if a.lock else None,
+        lock_after=a.lock_after,
     )
 
 

@@ -59,6 +59,10 @@ class Compiled:
         return wrapper
 
 
+#: --compile modes that run the graph as CUDA graphs (inductor says when it cannot, and runs it without).
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def graphs_compiled() -> int:
     """Graphs dynamo has compiled in this process so far."""
     from torch._dynamo.utils import counters
@@ -66,10 +70,18 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def cudagraph_skips() -> int:
+    """Graphs inductor ran without CUDA graphs in this process so far (each logs "skipping cudagraphs due to ...")."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 @contextmanager
 def counting(v: Any, warm: bool) -> Iterator[None]:
-    """Add the graphs compiled inside to `v.graphs` (warm-up) or `v.recompiles` (a timed run)."""
-    before = graphs_compiled()
+    """Add the graphs compiled inside to `v.graphs` (warm-up) or `v.recompiles` (a timed run), and the graphs
+    inductor could not run as CUDA graphs to `v.cudagraph_skips`."""
+    before, skips = graphs_compiled(), cudagraph_skips()
     try:
         yield
     finally:
@@ -78,6 +90,7 @@ def counting(v: Any, warm: bool) -> Iterator[None]:
             v.graphs += new
         else:
             v.recompiles += new
+        v.cudagraph_skips += cudagraph_skips() - skips
 
 
 def twin_name(kind: str) -> str:
@@ -103,6 +116,7 @@ def fill_rows(rows: Sequence[Row], variants: Sequence[Any]) -> None:
         row.compiled = True
         row.graphs = v.graphs
         row.recompiles = v.recompiles
+        row.cudagraph_skips = v.cudagraph_skips
         if row.median_s is not None and base_median is not None:
             row.speedup_vs_eager = base_median / row.median_s
         if row.median_s is not None and v.first_s is not None:
@@ -146,8 +160,10 @@ def checks(rows: Sequence[Row]) -> list[tuple[bool, str]]:
     return out
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    """The compiled twins beside their eager variants: speed-ups, compile time, graphs and recompiles."""
+def format_table(rows: Sequence[Row], mode: str | None = None) -> str:
+    """The compiled twins beside their eager variants: speed-ups, compile time, graphs and recompiles (and, for a
+    mode that uses CUDA graphs, how many graphs inductor ran without them)."""
+    graphs_mode = mode in CUDAGRAPH_MODES
     header = [
         "arch",
         "size",
@@ -159,8 +175,9 @@ def format_table(rows: Sequence[Row]) -> str:
         "compile s",
         "graphs",
         "recompiles",
+        *(["cudagraph skips"] if graphs_mode else []),
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 4 + "---:|" * 6]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 4 + "---:|" * (len(header) - 4)]
     by_key = {(r.arch, r.size, r.variant, r.ratio): r for r in rows}
     for r in rows:
         if not r.compiled:
@@ -172,7 +189,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
         cells = [r.arch, r.size, eager_name(r.variant), "-" if r.ratio is None else f"{r.ratio:g}"]
         if r.error is not None:
-            cells += ["-", "error: " + r.error.replace("|", "/"), "-", "-", "-", "-"]
+            cells += ["-", "error: " + r.error.replace("|", "/"), "-", "-", "-", "-"] + ["-"] * graphs_mode
         else:
             cells += [
                 x(eager.speedup if eager is not None else None),
@@ -181,6 +198,7 @@ def format_table(rows: Sequence[Row]) -> str:
                 "-" if r.compile_s is None else f"{r.compile_s:.1f}",
                 str(r.graphs),
                 str(r.recompiles),
+                *([str(r.cudagraph_skips)] if graphs_mode else []),
             ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, compiled, peers, report, run
+from tome_bench import archs, compiled, peers, report, run, timing
 from tome_bench.options import Options, Row, steps_at_strength
 from tome_bench.timing import timed_call
 from tome_core import TomeConfig
@@ -475,64 +475,67 @@ def bench_generation_size(
     max_diff = 0.0
     compared = 0
     clean = True
-    for rep, kind in rounds:
-        warm = 0 <= rep < opts.warmup
-        for v in variants:
-            if v.error is not None:
-                progress.update(steps)  # counted in the total, skipped since it failed
-                continue
-            what = " warm-up" if warm else (f" {kind} latent" if rep < 0 else "")
-            progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
-            start = progress.n
-            kwargs = {**inputs[kind].kwargs(), "callback_on_step_end": stepper}
-            # Every variant gets the same global RNG state: tomesd and CA-ToMe fork it for their random
-            # partitions, HiDiffusion draws its window shifts from it. The caller's state is restored after.
-            rng.enter()
-            try:
-                v.apply(pipe)
-                fn = v.call(pipe) if v.call is not None else pipe
-                with compiled.counting(v, warm):
-                    seconds, out, mem = run_generation(
-                        fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
-                    )
-            except Exception as exc:  # a peer that fails must not stop the benchmark: its row says why
-                if v is base:
-                    raise
-                v.error = f"{type(exc).__name__}: {exc}"
-                print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
-            finally:
+    with timing.TimingLock(opts.lock, opts.lock_after) as lock:  # --lock: the timed runs, one process at a time
+        for rep, kind in rounds:
+            warm = 0 <= rep < opts.warmup
+            if not warm:
+                lock.hold()
+            for v in variants:
+                if v.error is not None:
+                    progress.update(steps)  # counted in the total, skipped since it failed
+                    continue
+                what = " warm-up" if warm else (f" {kind} latent" if rep < 0 else "")
+                progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
+                start = progress.n
+                kwargs = {**inputs[kind].kwargs(), "callback_on_step_end": stepper}
+                # Every variant gets the same global RNG state: tomesd and CA-ToMe fork it for their random
+                # partitions, HiDiffusion draws its window shifts from it. The caller's state is restored after.
+                rng.enter()
                 try:
-                    v.remove(pipe)
-                except Exception as exc:  # a removal that fails is reported; the snapshot restores the pipeline
-                    v.error = v.error or f"removal failed: {type(exc).__name__}: {exc}"
-                    checks.append((False, f"{spec.name} {label}px: removing {v.label} raised {exc!r}"))
+                    v.apply(pipe)
+                    fn = v.call(pipe) if v.call is not None else pipe
+                    with compiled.counting(v, warm):
+                        seconds, out, mem = run_generation(
+                            fn, kwargs, opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                        )
+                except Exception as exc:  # a peer that fails must not stop the benchmark: its row says why
+                    if v is base:
+                        raise
+                    v.error = f"{type(exc).__name__}: {exc}"
+                    print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
+                finally:
+                    try:
+                        v.remove(pipe)
+                    except Exception as exc:  # a removal that fails is reported; the snapshot restores the pipeline
+                        v.error = v.error or f"removal failed: {type(exc).__name__}: {exc}"
+                        checks.append((False, f"{spec.name} {label}px: removing {v.label} raised {exc!r}"))
+                        clean = False
+                    rng.exit()
+                ran = progress.n - start
+                if v.error is None and ran not in (0, steps):  # 0: a peer's own call without step callbacks
+                    if v is base:
+                        raise RuntimeError(f"the baseline ran {ran} sampler steps instead of {steps}")
+                    v.error = f"ran {ran} sampler steps instead of {steps}: its call does not follow the schedule given"
+                stepper.finish(start, steps)
+                if snapshot is None:
+                    snapshot = Snapshot.take(pipe)
+                left = snapshot.restore()
+                if run.hook_count(pipe.unet) != hooks0:
+                    left.append("forward hooks left on the UNet")
                     clean = False
-                rng.exit()
-            ran = progress.n - start
-            if v.error is None and ran not in (0, steps):  # 0: a peer's own call without step callbacks
-                if v is base:
-                    raise RuntimeError(f"the baseline ran {ran} sampler steps instead of {steps}")
-                v.error = f"ran {ran} sampler steps instead of {steps}: its call does not follow the schedule given"
-            stepper.finish(start, steps)
-            if snapshot is None:
-                snapshot = Snapshot.take(pipe)
-            left = snapshot.restore()
-            if run.hook_count(pipe.unet) != hooks0:
-                left.append("forward hooks left on the UNet")
-                clean = False
-            if left and v.strict:
-                clean = False
-                checks.append((False, f"{spec.name} {label}px: {v.label} left behind: {'; '.join(left)}"))
-            elif left and not v.leftovers:
-                v.leftovers = left
-            if v.error is not None:
-                continue
-            if rep == 0:
-                v.first_s = seconds
-            diff = run.record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
-            if diff is not None:
-                compared += 1
-                max_diff = max(max_diff, diff)
+                if left and v.strict:
+                    clean = False
+                    checks.append((False, f"{spec.name} {label}px: {v.label} left behind: {'; '.join(left)}"))
+                elif left and not v.leftovers:
+                    v.leftovers = left
+                if v.error is not None:
+                    continue
+                if rep == 0:
+                    v.first_s = seconds
+                diff = run.record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
+                if diff is not None:
+                    compared += 1
+                    max_diff = max(max_diff, diff)
 
     if base.output is not None and not torch.isfinite(base.output).all():
         checks.append((False, f"{spec.name} {label}px: the baseline's final latent is not finite ({opts.dtype_name})"))

@@ -72,6 +72,10 @@ class Options:
     #: --compile: torch.compile's mode for the compiled twin of every variant (`compiled.COMPILE_MODES`); None: eager
     #: only.
     compile_mode: str | None = None
+    #: --lock: a file whose exclusive lock each size holds from its first timed run to its end (`timing.TimingLock`).
+    lock: Path | None = None
+    #: --lock-after: processes sharing --lock that finish their warm-ups before any of them times.
+    lock_after: int = 0
 
     @property
     def mode(self) -> str:
@@ -115,6 +119,8 @@ class Row:
     compile_s: float | None = None
     graphs: int | None = None
     recompiles: int | None = None
+    #: --compile with CUDA graphs: graphs inductor ran without them (`compiled.cudagraph_skips`).
+    cudagraph_skips: int | None = None
 
 
 @dataclass

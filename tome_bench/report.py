@@ -430,13 +430,18 @@ def _results(rows: Sequence[Row], opts: Options, generation: bool) -> list[str]:
             "",
             f"### With torch.compile (mode {opts.compile_mode}, inductor, fullgraph=True)",
             "",
-            compiled.format_table(rows),
+            compiled.format_table(rows, opts.compile_mode),
             "",
             "A variant's compiled twin applies the same patch and runs through one `torch.compile(unet)` wrapper."
             " eager speed-up: eager baseline / eager variant. compiled speed-up: compiled baseline / compiled"
             " variant. compiled vs eager baseline: eager baseline / compiled variant. compile s: the first (warm-up)"
             " run less the median (with --clock cpu this process's CPU time only: inductor also compiles in worker"
-            " processes). graphs: graphs dynamo compiled in the warm-up; recompiles: in the timed runs.",
+            " processes). graphs: graphs dynamo compiled in the warm-up; recompiles: in the timed runs."
+            + (
+                " cudagraph skips: graphs inductor ran without CUDA graphs (TORCH_LOGS=cudagraphs says why)."
+                if opts.compile_mode in compiled.CUDAGRAPH_MODES
+                else ""
+            ),
         ]
     return lines
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, compiled, ops
+from tome_bench import archs, compiled, ops, timing
 from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread
 from tome_bench.timing import timed_call
 from tome_core import TomeConfig
@@ -111,6 +111,7 @@ class Variant:
     compiled: bool = False
     graphs: int = 0
     recompiles: int = 0
+    cudagraph_skips: int = 0
     first_s: float | None = None
 
     @property
@@ -337,40 +338,45 @@ def bench_size(
         run_step(unet, inputs[kinds[0]], opts.device, sample_rss=False)
     # (round, start latent): the timed rounds on the first kind, then one untimed round per further kind.
     rounds = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)] + [(-1, kind) for kind in kinds[1:]]
-    for rep, kind in rounds:
-        warm = rep < opts.warmup
-        for v in variants:
-            what = " warm-up" if 0 <= rep < opts.warmup else (f" {kind} latent" if rep < 0 else "")
-            progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
-            if v.error is not None:
+    with timing.TimingLock(opts.lock, opts.lock_after) as lock:  # --lock: the timed runs, one process at a time
+        for rep, kind in rounds:
+            warm = rep < opts.warmup
+            if not warm:
+                lock.hold()
+            for v in variants:
+                what = " warm-up" if 0 <= rep < opts.warmup else (f" {kind} latent" if rep < 0 else "")
+                progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
+                if v.error is not None:
+                    progress.update(1)
+                    continue
+                try:
+                    v.apply(unet)
+                    module = runner.of(unet) if runner is not None and v.compiled else unet
+                    with compiled.counting(v, warm):
+                        seconds, out, mem = run_step(
+                            module, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                        )
+                except Exception as exc:  # a failing comparison must not stop the benchmark
+                    if v.kind == "baseline":
+                        raise
+                    v.error = f"{type(exc).__name__}: {exc}"
+                    print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
+                finally:
+                    v.remove(unet)
                 progress.update(1)
-                continue
-            try:
-                v.apply(unet)
-                module = runner.of(unet) if runner is not None and v.compiled else unet
-                with compiled.counting(v, warm):
-                    seconds, out, mem = run_step(
-                        module, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
+                if v.error is not None:
+                    continue
+                if hook_count(unet) != hooks0 or _class_names(unet) != classes0:
+                    restore_ok = False
+                    checks.append(
+                        (False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal")
                     )
-            except Exception as exc:  # a failing comparison must not stop the benchmark
-                if v.kind == "baseline":
-                    raise
-                v.error = f"{type(exc).__name__}: {exc}"
-                print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
-            finally:
-                v.remove(unet)
-            progress.update(1)
-            if v.error is not None:
-                continue
-            if hook_count(unet) != hooks0 or _class_names(unet) != classes0:
-                restore_ok = False
-                checks.append((False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal"))
-            if rep == 0:
-                v.first_s = seconds
-            diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
-            if diff is not None:
-                compared += 1
-                max_diff = max(max_diff, diff)
+                if rep == 0:
+                    v.first_s = seconds
+                diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
+                if diff is not None:
+                    compared += 1
+                    max_diff = max(max_diff, diff)
     if base.output is not None and not torch.isfinite(base.output).all():
         checks.append((False, f"{spec.name} {label}px: the baseline output is not finite ({opts.dtype_name})"))
     # Patch/unpatch cycles before the last baseline run (the first of the last round). With one baseline run

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -133,3 +134,51 @@ def timed_call(
     if sampler is not None and clock_name == "cpu":
         seconds = max(seconds - sampler.cpu_s, 0.0)
     return seconds, result, mem
+
+
+class TimingLock:
+    """--lock: an exclusive file lock (flock) taken before the first timed run of a size and held to its end.
+
+    Several benchmark processes on one machine can then warm up (compile, on the CPU) side by side while only
+    one of them times at a time, so that no other process's kernels share the device during a timed run (their
+    warm-up calls still can). `waited_s` is the time spent waiting for the lock. Without a path it does nothing.
+
+    With `after` (--lock-after N), a process first waits until N processes sharing the path have finished their
+    warm-ups (each leaves a file `<path>.warm.<pid>`), at most `after_s` seconds: then none of them compiles on
+    the CPU while another one times.
+    """
+
+    def __init__(self, path: Path | None, after: int = 0, after_s: float = 300.0) -> None:
+        self.path = path
+        self.after = after
+        self.after_s = after_s
+        self.waited_s = 0.0
+        self._file: Any = None
+
+    def hold(self) -> None:
+        """Take the lock if it is not held yet (blocks until the other holder lets it go)."""
+        if self.path is None or self._file is not None:
+            return
+        import fcntl  # POSIX only, like --lock
+
+        start = time.perf_counter()
+        if self.after > 1:
+            Path(f"{self.path}.warm.{os.getpid()}").touch()
+            while len(list(self.path.parent.glob(self.path.name + ".warm.*"))) < self.after:
+                if time.perf_counter() - start > self.after_s:
+                    break
+                time.sleep(0.5)
+        self._file = open(self.path, "a")  # noqa: SIM115 - held across calls, closed in release()
+        fcntl.flock(self._file, fcntl.LOCK_EX)
+        self.waited_s += time.perf_counter() - start
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file lets the lock go
+            self._file = None
+
+    def __enter__(self) -> TimingLock:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
