@@ -584,3 +584,22 @@ def test_plot_option_writes_a_png_where_asked(tmp_path: Path) -> None:
     assert tome_bench.main([*argv, "--plot", str(plot), "--out", str(out)]) == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "bench.png").exists() and (out / "bench.json").is_file()
+
+
+def test_plot_draws_the_compiled_presets_as_a_ladder_of_their_own() -> None:
+    """--compile: the compiled twins of the presets are their own ladder (over the compiled baseline), never
+    joined to the eager presets' line."""
+    rows = [
+        _prow("baseline", 1.0, 0.0),
+        _prow("ours:preset=quality", 1.13, 0.004),
+        _prow("ours:preset=fast", 1.5, 0.067),
+        _prow("baseline+compile", 1.0, 0.0),
+        _prow("ours:preset=quality+compile", 1.19, 0.004),
+        _prow("ours:preset=fast+compile", 1.56, 0.067),
+    ]
+    series = {s.name: s for s in report.plot_series(rows, ["noise"])[("sd15", "512")]}
+    assert list(series) == ["baseline", "presets", "baseline+compile", "presets+compile"]
+    assert [p.label for p in series["presets"].points] == ["quality", "fast"]
+    compiled = series["presets+compile"]
+    assert compiled.kind == "ladder" and compiled.line
+    assert [(p.label, p.speedup) for p in compiled.points] == [("quality", 1.19), ("fast", 1.56)]

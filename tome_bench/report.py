@@ -165,6 +165,8 @@ def version(name: str) -> str:
 _STYLES = {"baseline": ("black", "x"), "ours": ("tab:blue", "o"), "tomesd": ("tab:orange", "s")}
 #: The preset ladder's colour and marker.
 _LADDER_STYLE = ("tab:red", "D")
+#: The compiled presets' ladder (--compile), beside the eager one.
+_COMPILED_LADDER_STYLE = ("darkorange", "s")
 _MORE_STYLES = (
     ("tab:green", "^"),
     ("tab:purple", "v"),
@@ -231,7 +233,10 @@ def plot_series(rows: Sequence[Row], latents: Sequence[str] = ("noise",)) -> dic
         if r.variant == "baseline":
             name, kind, label = "baseline", "baseline", "baseline"
         elif r.variant.startswith(PRESET_PREFIX):
-            name, kind, label = "presets", "ladder", r.variant[len(PRESET_PREFIX) :]
+            # a compiled twin's speed-up is over the compiled baseline: its own ladder
+            twin = compiled.is_twin(r.variant)
+            name = "presets" + (compiled.SUFFIX if twin else "")
+            kind, label = "ladder", compiled.eager_name(r.variant)[len(PRESET_PREFIX) :]
         else:
             name = r.variant
             kind = "ours" if r.variant == "ours" or r.variant.startswith("ours:") else "peer"
@@ -262,6 +267,7 @@ def write_plot(
     panels = plot_series(rows, latents)
     styles = plot_styles([s.name for series in panels.values() for s in series])
     styles["presets"] = _LADDER_STYLE
+    styles["presets" + compiled.SUFFIX] = _COMPILED_LADDER_STYLE
     count = max(len(panels), 1)
     fig, axes = plt.subplots(1, count, figsize=(6.5 * count, 5), squeeze=False)
     hollow = "natural" if "natural" in latents[1:] else None
@@ -270,7 +276,7 @@ def write_plot(
             color, marker = styles[s.name]
             xs = [p.speedup for p in s.points]
             ys = [p.deviation for p in s.points]
-            legend = "presets" if s.kind == "ladder" else s.name
+            legend = {"presets": "presets", "presets" + compiled.SUFFIX: "presets, compiled"}.get(s.name, s.name)
             ax.plot(xs, ys, ls="-" if s.line else "none", color=color, marker=marker, ms=7, label=legend)
             natural = [(p.speedup, p.natural) for p in s.points if p.natural is not None]
             if natural:
