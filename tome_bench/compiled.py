@@ -189,7 +189,8 @@ def format_table(rows: Sequence[Row], mode: str | None = None) -> str:
 
         cells = [r.arch, r.size, eager_name(r.variant), "-" if r.ratio is None else f"{r.ratio:g}"]
         if r.error is not None:
-            cells += ["-", "error: " + r.error.replace("|", "/"), "-", "-", "-", "-"] + ["-"] * graphs_mode
+            cells += ["-", "error: " + r.error.replace("|", "/"), "-", "-", "-", "-"]
+            cells += ["-"] if graphs_mode else []
         else:
             cells += [
                 x(eager.speedup if eager is not None else None),
