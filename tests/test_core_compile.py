@@ -9,6 +9,7 @@ code objects that every tiny UNet of a kind shares, so each test starts from `to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,8 +17,11 @@ import pytest
 import torch
 from comfy_stub.unet import build_unet as build_comfy_unet
 from torch import fx, nn
+from torch._inductor.utils import run_and_get_code
 
 import tome_core
+from tome_core.merge import hashed_slots
+from tome_core.patch import timestep_key
 
 from tiny_models import WebUILike, build_unet, is_diffusers, make_inputs
 
@@ -309,12 +313,58 @@ def test_the_graph_check_sees_a_tensor_made_on_the_host() -> None:
         assert_ready_for_cuda_graphs(counter.graphs[0])
 
 
+def large_literals(codes: list[str]) -> list[int]:
+    """Integer literals of 2**31 and more in inductor's generated code: its GPU (triton) kernels index in int32 and
+    fail on such a literal next to an index (H200, 2026-11-26: "Scalar 2654435761 is out of range for type int32");
+    the CPU kernels this test can build come from the same index expressions."""
+    found = (int(m) for code in codes for m in re.findall(r"(?<![\w.])(\d{10,})(?![\w.])", code))
+    return [value for value in found if value >= 2**31]
+
+
+def test_random_partitions_compile_into_int32_indexed_kernels() -> None:
+    def draw(t: torch.Tensor) -> torch.Tensor:
+        return hashed_slots(4096, 16, timestep_key(t, t.device), 0x70E5)
+
+    t = torch.tensor([999.0])
+    out, codes = run_and_get_code(torch.compile(draw, fullgraph=True), t)
+    assert torch.equal(out, draw(t))
+    assert large_literals(codes) == []
+
+
 def test_inductor_output_equals_eager() -> None:
     unet = build_unet("ldm_sd1")
     tome_core.apply_patch(unet, preset="balanced")
     compiled = torch.compile(unet, fullgraph=True)
     inputs = make_inputs(2, 16, 16)
     for t in (999.0, 500.0):
-        assert_close(call(compiled, inputs, t), call(unet, inputs, t))
+        out, codes = run_and_get_code(call, compiled, inputs, t)
+        assert_close(out, call(unet, inputs, t))
+        assert large_literals(codes) == []
     stats = tome_core.stats(unet)
     assert stats.applied == stats.selected > 0
+
+
+def _graph_inputs(graph: fx.GraphModule) -> int:
+    return sum(1 for node in graph.graph.nodes if node.op == "placeholder")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"preset": "fast"}, {"preset": "balanced"}, CUSTOM["tomesd-style"]],
+    ids=["random partitions", "shared plans, kv", "fixed partitions"],
+)
+def test_the_graph_takes_no_tensor_from_the_patch(fields: dict[str, Any]) -> None:
+    # Under CUDA graphs (mode="reduce-overhead") every tensor a graph reads from Python state is a static input:
+    # when the next patch (the next generation) or the allocator hands it another address, the CUDA graph is
+    # recorded again (H200, SD1.5 1024 px: 28 -> 65 ms per call), and past inductor's re-record limit it runs
+    # without CUDA graphs. The patched graph's inputs must be the plain graph's: the UNet's own.
+    unet = build_unet("diffusers_sd1")
+    inputs = make_inputs(2, 16, 16)
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True)
+    call(compiled, inputs, 500.0)
+    tome_core.apply_patch(unet, **fields)
+    assert_close(call(compiled, inputs, 500.0), call(unet, inputs, 500.0))
+    assert tome_core.stats(unet).applied > 0
+    assert len(counter.graphs) == 2
+    assert _graph_inputs(counter.graphs[1]) == _graph_inputs(counter.graphs[0])

@@ -15,7 +15,7 @@ import torch
 
 import tome_core
 from tome_bench.ops import count_ops
-from tome_core.merge import PARTITIONS_PER_GRID, grid_layout, random_partitions
+from tome_core.merge import PARTITIONS_PER_GRID, grid_layout, hashed_slots, partition, random_partitions
 
 from tiny_models import PipelineLike, build_unet, forward, forward_unet, make_inputs
 
@@ -256,3 +256,18 @@ def test_each_step_picks_one_of_the_grids_random_partitions() -> None:
     part = table.pick(torch.tensor([321000]))
     assert torch.equal(part.dst_tok, table.pick(torch.tensor([321000])).dst_tok)
     assert torch.equal(part.dst_number[part.dst_tok], torch.arange(layout.num_dst))
+
+
+def test_hashed_slots_spread_over_the_cell_and_match_the_table() -> None:
+    layout = grid_layout(64, 64, 4, 4)
+    draws = hashed_slots(layout.num_dst, 16, torch.arange(200).view(200, 1), seed=5)  # [200, 256]
+    counts = torch.bincount(draws.reshape(-1), minlength=16)
+    assert counts.min() > 0.9 * counts.float().mean()
+    # Neighbouring cells and neighbouring keys are unrelated: each equal about 1 time in 16.
+    assert abs(float((draws[:, 1:] == draws[:, :-1]).float().mean()) - 1 / 16) < 0.01
+    assert abs(float((draws[1:] == draws[:-1]).float().mean()) - 1 / 16) < 0.01
+    # Row k of the eager table is the partition a compiled graph hashes for key k.
+    table = random_partitions(layout, seed=5)
+    for k in (0, 7, 16):
+        part = partition(layout, hashed_slots(layout.num_dst, 16, torch.tensor([k]), seed=5))
+        assert torch.equal(table.pick(torch.tensor([k])).dst_tok, part.dst_tok)

@@ -10,8 +10,9 @@ Built for a GPU: every step is one batched operation on the device (no loop over
 back to the host), and what depends only on the grid is built once and reused:
 
 * `GridLayout` (per grid shape): the cells, slot offsets and the local-matching lookup tables;
-* `Partition` (per grid and sampler step): which token of each cell is the destination; random ones are
-  drawn once per grid into a `PartitionTable`, from which each step picks one by its timestep on the device;
+* `Partition` (per grid and sampler step): which token of each cell is the destination; random ones are a
+  hash of the cell and the step's timestep (`hashed_slots`): eager calls pick one of a grid's 17 from a
+  `PartitionTable`, a compiled graph hashes the same one from its own timestep input;
 * `Match` (per block, or once per transformer stack): the similarity ranking of the sources;
 * `plan` (per ratio): the merge and unmerge closures, one `index_add_` and one `index_select` each.
 """
@@ -95,17 +96,20 @@ class GridLayout:
 def grid_layout(h: int, w: int, sx: int, sy: int, device: torch.device | str = "cpu") -> GridLayout:
     """The `GridLayout` of an h x w grid (sx, sy need not divide it)."""
     hs, ws = h // sy, w // sx
-    with torch.device(device):
-        cell_tok = ((torch.arange(hs) * sy).view(hs, 1) * w + (torch.arange(ws) * sx).view(1, ws)).reshape(-1)
-        k = torch.arange(sx * sy)
-        slot_offset = torch.div(k, sx, rounding_mode="floor") * w + k % sx
-        j = torch.arange(3 * ws)
-        band_row = torch.div(j, ws, rounding_mode="floor") - 1  # -1, 0, +1: the cell row above, own, below
-        rows = (torch.arange(hs).view(hs, 1) + band_row.view(1, -1)).clamp(0, max(hs - 1, 0))
-        band_dst = rows * ws + j % ws
-        tail_dst = (hs - 1 + band_row).clamp(0, max(hs - 1, 0)) * ws + j % ws
-        arange = torch.arange(h * w)
-    return GridLayout(h, w, sx, sy, cell_tok, slot_offset, band_dst, tail_dst, arange)
+
+    def arange(n: int) -> torch.Tensor:  # device= on each factory: a compiled graph builds these too
+        return torch.arange(n, device=device)
+
+    cell_tok = ((arange(hs) * sy).view(hs, 1) * w + (arange(ws) * sx).view(1, ws)).reshape(-1)
+    k = arange(sx * sy)
+    slot_offset = torch.div(k, sx, rounding_mode="floor") * w + k % sx
+    j = arange(3 * ws)
+    band_row = torch.div(j, ws, rounding_mode="floor") - 1  # -1, 0, +1: the cell row above, own, below
+    rows = (arange(hs).view(hs, 1) + band_row.view(1, -1)).clamp(0, max(hs - 1, 0))
+    band_dst = rows * ws + j % ws
+    tail_dst = (hs - 1 + band_row).clamp(0, max(hs - 1, 0)) * ws + j % ws
+    arange_n = arange(h * w)
+    return GridLayout(h, w, sx, sy, cell_tok, slot_offset, band_dst, tail_dst, arange_n)
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,29 @@ def partition(layout: GridLayout, slots: torch.Tensor) -> Partition:
 def fixed_slots(layout: GridLayout) -> torch.Tensor:
     """Every destination in its cell's top-left corner: [Nd] zeros."""
     return torch.zeros(layout.num_dst, dtype=torch.int64, device=layout.cell_tok.device)
+
+
+#: Hash constants of `hashed_slots`, all below 2**31: inductor's GPU kernels index in int32 and refuse a larger
+#: literal next to an index (H200, 2026-11-26: "Scalar 2654435761 is out of range for type int32"), and every
+#: product stays below 2**63.
+_MASK = 0x7FFFFFFF
+_KEY_MUL, _SEED_MUL, _MIX_MUL = 0x27D4EB2F, 0x165667B1, 0x045D9F3B
+
+
+def hashed_slots(count: int, cells: int, key: torch.Tensor, seed: int) -> torch.Tensor:
+    """[..., count] int64 in [0, cells): a random-looking destination slot for each of `count` cells, a hash of the
+    cell number, `key` (int64 on the device, [1] or [K, 1]: which partition) and `seed`.
+
+    Integer arithmetic on the device and nothing else: no generator, no host tensor, no state, so a compiled graph
+    computes it from its own timestep input (under CUDA graphs a tensor the graph read from Python state would be
+    an input whose address must never change), and eager and compiled calls draw the same partitions everywhere.
+    """
+    start = ((key & _MASK) * _KEY_MUL + (seed * _SEED_MUL & _MASK)) & _MASK  # [1]
+    # The cell number is only added: scaled, it would be an index expression with a large literal in the kernel.
+    x = torch.arange(count, device=key.device) + start  # [count]
+    for _ in range(3):
+        x = ((x ^ (x >> 16)) * _MIX_MUL) & _MASK
+    return (x ^ (x >> 16)) % cells
 
 
 @dataclass(frozen=True)
@@ -154,13 +181,13 @@ PARTITIONS_PER_GRID = 17
 
 
 def random_partitions(layout: GridLayout, seed: int, count: int = PARTITIONS_PER_GRID) -> PartitionTable:
-    """`count` partitions with each cell's destination slot drawn from a private generator seeded by `seed`.
+    """The partitions of keys 0 .. count-1 (`hashed_slots`), for eager calls: built once per grid, never per call.
 
-    Built once per grid (the draws happen on the CPU and are copied over once), never per call.
+    Row k is the partition a compiled graph hashes for a key k (mod count): eager and compiled calls merge alike.
     """
-    generator = torch.Generator().manual_seed(seed)
-    slots = torch.randint(layout.sx * layout.sy, (count, layout.num_dst), generator=generator)
-    parts = [partition(layout, row.to(layout.cell_tok.device)) for row in slots]
+    keys = torch.arange(count, device=layout.arange.device).view(count, 1)  # [count, 1]
+    slots = hashed_slots(layout.num_dst, layout.sx * layout.sy, keys, seed)  # [count, Nd]
+    parts = [partition(layout, row) for row in slots]
     return PartitionTable(layout, torch.stack([p.dst_tok for p in parts]), torch.stack([p.dst_number for p in parts]))
 
 

@@ -8,9 +8,12 @@ undo each other.
 
 Built to stay whole under `torch.compile(fullgraph=True)`:
 
-* The UNet's own hooks run eagerly, also around a compiled UNet (`compat.eager`): they count calls, decide the
-  step window and build the call's index tensors (grids, partitions) on the device, so nothing in the compiled
-  region reads a value back, makes a tensor on the host or draws from a generator.
+* The UNet's registered hooks run eagerly, also around a compiled UNet (`compat.eager`): they count calls, decide
+  the step window and work out the call's grids. The UNet's forward hook hands the blocks the timestep the forward
+  received (a graph input when compiled). The first block on a grid makes the call's partition: eagerly from
+  index tensors kept per grid, in a graph from tensors the graph builds itself and a hash of that timestep. So
+  nothing in the compiled region reads a value back, makes a tensor on the host, draws from a generator, or reads
+  a tensor from the patch's state (under CUDA graphs that would be a static input, re-recorded at a new address).
 * A block's plan exists only while the block runs: its hook matches the tokens, its modules' hooks merge and
   unmerge with that plan, and it is dropped before the block returns. No state passes from one call to the next
   through a graph, so a sampling traces once, and a new patch with the same settings reuses that graph.
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import math
 import weakref
-import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,15 +36,17 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import eager, static_sizes, uncompiled
+from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import LEVELS, TomeConfig, auto_levels
 from tome_core.merge import (
+    PARTITIONS_PER_GRID,
     GridLayout,
     Merge,
     Partition,
     PartitionTable,
     fixed_slots,
     grid_layout,
+    hashed_slots,
     kv_downsample,
     match,
     partition,
@@ -104,8 +108,12 @@ class _State:
     latent: tuple[int, int] | None = None
     grids: dict[int, _Grid] = field(default_factory=dict)  # tokens -> grid, for the current latent size
     active: bool = True  # inside the step window
-    parts: dict[int, Partition] = field(default_factory=dict)  # tokens -> this call's partition (merging grids)
-    # Index tensors built once per grid shape and device: layouts, fixed partitions, random partition tables.
+    # This call's timestep (the UNet's own argument: a graph input when compiled), the key derived from it, and
+    # tokens -> partition for the grids the blocks have asked for; all made on first use, dropped after the call.
+    timestep: Any = None
+    key: torch.Tensor | None = None
+    parts: dict[int, Partition] = field(default_factory=dict)
+    # Eager calls only: index tensors built once per grid shape and device (a compiled graph builds its own).
     layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
     fixed: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
     tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
@@ -262,6 +270,7 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
         state.pipeline = _ref(model)
     state.handles.append(unet.register_forward_pre_hook(eager(_unet_pre_hook(state)), with_kwargs=True))
     state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
+    state.hooks.append(_UNetHook(state, unet))
     where = _stacks(unet)
     shared: dict[int, _Stack] = {}
     for index, (module, level) in enumerate(blocks):
@@ -428,22 +437,37 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
         if latent != state.latent:
             state.latent = latent
             state.grids = _grids(state.config, state.auto_levels, latent)
-        timestep = args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
+        timestep = _timestep_arg(args, kwargs)
         fraction = _fraction(state, timestep)
         state.active = fraction is None or state.config.active_at(fraction)
         state.unet_calls += 1
         state.active_calls += state.active
-        state.parts = _call_partitions(state, timestep, x.device) if state.active else {}
+        # A number becomes a device tensor here, outside any graph: traced, the graph would guard on its value.
+        if not isinstance(timestep, torch.Tensor):
+            value = 0.0 if timestep is None else float(timestep)
+            timestep = torch.full((1,), value, dtype=torch.float32, device=x.device)
+        _new_call(state, timestep)
 
     return hook
 
 
 def _unet_post_hook(state: _State) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        state.parts = {}  # not kept alive between calls
+        _new_call(state, None)  # nothing of this call kept alive until the next
         _unmark(state)
 
     return hook
+
+
+def _timestep_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
+
+
+def _new_call(state: _State, timestep: Any) -> None:
+    """Forget the last call's partitions; the next ones come from `timestep`."""
+    state.timestep = timestep
+    state.key = None
+    state.parts = {}
 
 
 def _unmark(state: _State) -> None:
@@ -461,38 +485,45 @@ def _grids(config: TomeConfig, auto: frozenset[int], latent: tuple[int, int]) ->
     return out
 
 
-def _call_partitions(state: _State, timestep: Any, device: torch.device) -> dict[int, Partition]:
-    """tokens -> this call's partition, for every grid whose blocks match tokens (none in pure kv mode).
+def _call_partition(state: _State, tokens: int, grid: _Grid, device: torch.device) -> Partition:
+    """This call's partition of `grid`, made on the first block that asks for it.
 
-    Fixed partitions are built once per grid; random ones are drawn once per grid into a table, from which each
-    call picks one by its timestep, on the device.
+    Eagerly, the grid's index tensors and its table of random partitions are built once and kept, and a call picks
+    its row by its timestep. A compiled graph builds the index tensors itself (constants to the compiler) and hashes
+    the same row's slots from its own timestep input, so that it reads no tensor from the patch's state: under CUDA
+    graphs such a tensor would be an input whose address must never change.
     """
+    part = state.parts.get(tokens)
+    if part is not None:
+        return part
     config = state.config
-    if not config.ratios_by_kind or config.is_noop:
-        return {}
-    out: dict[int, Partition] = {}
-    key = None
-    for tokens, grid in state.grids.items():
-        if not grid.merges or grid.h < config.sy or grid.w < config.sx:
-            continue
-        cache = (grid.h, grid.w, str(device))
-        layout = state.layouts.get(cache)
-        if layout is None:
-            layout = state.layouts[cache] = grid_layout(grid.h, grid.w, config.sx, config.sy, device)
-        if config.use_rand:
+    compiling = is_compiling()
+    cache = (grid.h, grid.w, str(device))
+    layout = None if compiling else state.layouts.get(cache)
+    if layout is None:
+        layout = grid_layout(grid.h, grid.w, config.sx, config.sy, device)
+        if not compiling:
+            state.layouts[cache] = layout
+    if config.use_rand:
+        seed = _DEFAULT_SEED if config.seed is None else config.seed
+        if state.key is None:
+            state.key = timestep_key(state.timestep, device)
+        if compiling:
+            which = state.key.remainder(PARTITIONS_PER_GRID)
+            part = partition(layout, hashed_slots(layout.num_dst, config.sx * config.sy, which, seed))
+        else:
             table = state.tables.get(cache)
             if table is None:
-                seed = _DEFAULT_SEED if config.seed is None else config.seed
-                crc = zlib.crc32(f"{seed}:{grid.h}x{grid.w}".encode())
-                table = state.tables[cache] = random_partitions(layout, crc)
-            key = timestep_key(timestep, device) if key is None else key
-            out[tokens] = table.pick(key)
-        else:
-            part = state.fixed.get(cache)
-            if part is None:
-                part = state.fixed[cache] = partition(layout, fixed_slots(layout))
-            out[tokens] = part
-    return out
+                table = state.tables[cache] = random_partitions(layout, seed)
+            part = table.pick(state.key)
+    else:
+        part = None if compiling else state.fixed.get(cache)
+        if part is None:
+            part = partition(layout, fixed_slots(layout))
+            if not compiling:
+                state.fixed[cache] = part
+    state.parts[tokens] = part
+    return part
 
 
 def _fraction(state: _State, timestep: Any) -> float | None:
@@ -591,6 +622,26 @@ class _Hook:
         raise NotImplementedError
 
 
+class _UNetHook(_Hook):
+    """The UNet itself: hands the blocks this call's timestep as the forward received it, so that a compiled
+    graph hashes the random partitions from its own input (the pre-hook's copy would be a tensor from Python
+    state), and drops what the call made before the graph returns."""
+
+    def __init__(self, state: _State, module: nn.Module) -> None:
+        super().__init__(module)
+        self.state = state
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        timestep = _timestep_arg(args, kwargs)
+        if self.passthrough or not isinstance(timestep, torch.Tensor):
+            return self.call(*args, **kwargs)  # a number: the pre-hook made it a tensor
+        _new_call(self.state, timestep)
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            _new_call(self.state, None)
+
+
 class _Stack:
     """The plan the first block of a transformer stack shares with the others (one plan per stack), held only
     while the stack runs."""
@@ -669,7 +720,7 @@ class _BlockHook(_Hook):
             self.plans = stack.plans
             return
         with torch.no_grad():
-            m = match(x, state.parts[tokens], config.matching)
+            m = match(x, _call_partition(state, tokens, grid, x.device), config.matching)
             by_r: dict[int, tuple[Merge, Merge]] = {}
             plans = {kind: by_r.get(r) or by_r.setdefault(r, plan(m, r)) for kind, r in removed.items()}
         self.plans = (tokens, plans)
