@@ -139,7 +139,7 @@ class TomeConfig:
     seed: int | None = _spec(
         int,
         "Seed",
-        "Seed of the private generator for random partitions (None: a fixed default). Changes which tokens merge,"
+        "Seed of the random partitions' hash (None: a fixed default). Changes which tokens merge,"
         " so the image varies slightly per seed; the WebUI's noise RNG is never touched.",
         default=None,
         minimum=0,
