@@ -169,6 +169,19 @@ def test_default_full_and_quick_matrices() -> None:
     assert _matrix(cli.parse_options(argv)) == ([(512, 768)], [0.5], 2, 2)
 
 
+def test_compiled_runs_warm_up_until_cuda_graphs_replay() -> None:
+    # The first call of a compiled variant compiles it; under CUDA graphs (inductor's cudagraph trees) the first
+    # call runs the graph once and the second records it: both stay untimed, or a recording is timed as a call.
+    def warmup(*argv: str) -> int:
+        return cli.parse_options(["--warmup", "0", *argv]).warmup
+
+    assert warmup() == 0
+    assert warmup("--compile") == 1
+    assert warmup("--compile", "max-autotune-no-cudagraphs") == 1
+    assert warmup("--compile", "reduce-overhead") == 2
+    assert warmup("--compile", "max-autotune") == 2
+
+
 def test_full_and_quick_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli.parse_options(["--full", "--quick"])

@@ -2,9 +2,10 @@
 
 A compiled twin of a variant applies the same patch to the same UNet and runs it through one compiled wrapper of
 that UNet (made once per UNet). Its speed-up is over the compiled baseline; `speedup_vs_eager` is over the eager
-baseline. Compiling happens in the warm-up round (the options force one): `compile_s` is the first run's time less
-the median, `graphs` what dynamo compiled for the variant in the warm-up, `recompiles` what it compiled during the
-timed runs (a patch that stays whole compiles once per size and settings, then never again).
+baseline. Compiling happens in the warm-up rounds (the options force one, two in the CUDA-graph modes, whose second
+call records the graph): `compile_s` is the first run's time less the median, `graphs` what dynamo compiled for the
+variant in the warm-up, `recompiles` what it compiled during the timed runs (a patch that stays whole compiles once
+per size and settings, then never again).
 """
 
 from __future__ import annotations
