@@ -15,7 +15,14 @@ import torch
 
 import tome_core
 from tome_bench.ops import count_ops
-from tome_core.merge import PARTITIONS_PER_GRID, grid_layout, hashed_slots, partition, random_partitions
+from tome_core.merge import (
+    PARTITIONS_PER_GRID,
+    grid_layout,
+    hashed_partition,
+    hashed_slots,
+    partition,
+    random_partitions,
+)
 
 from tiny_models import PipelineLike, build_unet, forward, forward_unet, make_inputs
 
@@ -271,3 +278,6 @@ def test_hashed_slots_spread_over_the_cell_and_match_the_table() -> None:
     for k in (0, 7, 16):
         part = partition(layout, hashed_slots(layout.num_dst, 16, torch.tensor([k]), seed=5))
         assert torch.equal(table.pick(torch.tensor([k])).dst_tok, part.dst_tok)
+    for k in (7, 321000):  # what a compiled graph runs, without the table
+        hashed = hashed_partition(layout, torch.tensor([k]), seed=5)
+        assert torch.equal(table.pick(torch.tensor([k])).dst_number, hashed.dst_number)

@@ -191,6 +191,12 @@ def random_partitions(layout: GridLayout, seed: int, count: int = PARTITIONS_PER
     return PartitionTable(layout, torch.stack([p.dst_tok for p in parts]), torch.stack([p.dst_number for p in parts]))
 
 
+def hashed_partition(layout: GridLayout, key: torch.Tensor, seed: int, count: int = PARTITIONS_PER_GRID) -> Partition:
+    """The partition `random_partitions(layout, seed, count).pick(key)` returns, computed without the table: what a
+    compiled graph runs, so that it reads no stored tensor."""
+    return partition(layout, hashed_slots(layout.num_dst, layout.sx * layout.sy, key.remainder(count), seed))
+
+
 def random2d_slots(
     hs: int, ws: int, sx: int, sy: int, *, no_rand: bool, generator: torch.Generator | None, device: torch.device
 ) -> torch.Tensor:

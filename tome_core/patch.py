@@ -39,14 +39,13 @@ from torch.utils.hooks import RemovableHandle
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import LEVELS, TomeConfig, auto_levels
 from tome_core.merge import (
-    PARTITIONS_PER_GRID,
     GridLayout,
     Merge,
     Partition,
     PartitionTable,
     fixed_slots,
     grid_layout,
-    hashed_slots,
+    hashed_partition,
     kv_downsample,
     match,
     partition,
@@ -509,8 +508,7 @@ def _call_partition(state: _State, tokens: int, grid: _Grid, device: torch.devic
         if state.key is None:
             state.key = timestep_key(state.timestep, device)
         if compiling:
-            which = state.key.remainder(PARTITIONS_PER_GRID)
-            part = partition(layout, hashed_slots(layout.num_dst, config.sx * config.sy, which, seed))
+            part = hashed_partition(layout, state.key, seed)
         else:
             table = state.tables.get(cache)
             if table is None:
