@@ -12,7 +12,9 @@ Run: `TOME_COMFY_URL=http://127.0.0.1:8188 TOME_COMFY_LOG=comfy.log python -m py
 (for the torch.compile checks, start the server with `--use-pytorch-cross-attention`, as a GPU runs by default)
 (the node search in the real front-end: tests/test_live_comfy_search.py, same server). The checkpoints: random
 weights with the exact SD1.5 / SDXL layouts, from shared/tools (`make_random_sd15.py`, `make_random_sdxl.py`) into
-ComfyUI's models/checkpoints as `random-sd15.safetensors` / `random-sdxl.safetensors`.
+ComfyUI's models/checkpoints as `random-sd15.safetensors` / `random-sdxl.safetensors`; the SDXL one through
+`python tests/live_checkpoints.py MADE.safetensors .../random-sdxl.safetensors` (ComfyUI finds no CLIP-L weights in the
+maker's names and renders NaN).
 Images are tiny (SD1.5 128 px, SDXL 256 px, 2-4 steps): random-weight checkpoints make noise, compared bitwise.
 """
 
@@ -385,7 +387,9 @@ def test_sdxl_with_each_preset(preset: str) -> None:
     save(graph, "x", sampler(graph, "k", tome(graph, "t", preset), ["latent", 0]))
     plain = json.loads(json.dumps(graph))
     plain["k"]["inputs"]["model"] = ["ckpt", 0]
-    assert run(graph)["x"] != run(plain)["x"]
+    merged, unmerged = run(graph)["x"], run(plain)["x"]
+    assert_renders(unmerged)
+    assert merged != unmerged
     if LOG:
         (line,) = [line for line in log_after(mark).splitlines() if f"ToMe ({preset} for sdxl)" in line]
         assert line.endswith(sdxl_kinds(preset)), line
@@ -431,6 +435,14 @@ def pixel_difference(a: bytes, b: bytes) -> tuple[int, float]:
     return max(diffs), sum(diffs) / len(diffs)
 
 
+def assert_renders(image: bytes) -> None:
+    """The checkpoint renders noise, not one colour: a NaN image (saved as 0) would make every comparison 0 levels."""
+    assert len(set(image)) > 16, (
+        f"the checkpoint renders {len(set(image))} distinct byte values (NaN?): an SDXL checkpoint from shared/tools"
+        " needs tests/live_checkpoints.py (ComfyUI finds no CLIP-L weights in its names)"
+    )
+
+
 #: How far an image sampled through inductor may be from the eager one, in 8-bit levels: float reassociation in the
 #: compiled kernels (seen: 1 level at most, mean 0.0002, SD1.5 128 px). ToMe changes some pixels by far more.
 COMPILED_MAX_LEVELS = 2
@@ -470,6 +482,7 @@ def test_torch_compile_model_with_our_node_in_either_order(kind: str, order: str
 
     without = base(ckpt, size, steps)  # the same sampler in a prompt without any node of ours
     save(without, "plain", sampler(without, "kp", ["ckpt", 0], ["latent", 0]))
+    assert_renders(out["plain"])
     assert out["plain"] == run(without)["plain"]
     merged_diff = pixel_difference(out["compiled"], out["eager"])
     plain_diff = pixel_difference(out["compiled_plain"], out["plain"])
