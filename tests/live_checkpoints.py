@@ -1,9 +1,10 @@
 """Make a random-weight checkpoint from shared/tools loadable by ComfyUI, for the live suites.
 
-`make_random_sdxl.py` writes the CLIP ViT-L text encoder as `conditioner.embedders.0.transformer.encoder...`, without
-the `text_model.` level that SDXL checkpoints and ComfyUI's key map have. ComfyUI then finds no CLIP-L weights
-("clip missing: ['clip_l...']"), runs that encoder on uninitialised memory, and every SDXL image is NaN, with or
-without ToMe. This rewrites the safetensors header only (the names gain `text_model.`); the tensor bytes are copied
+Run with transformers 5.x, `make_random_sdxl.py` writes the CLIP ViT-L text encoder as
+`conditioner.embedders.0.transformer.encoder...`, without the `text_model.` level that SDXL checkpoints and ComfyUI's
+key map have (5.x's `CLIPTextModel` names start at `embeddings.`). ComfyUI then finds no CLIP-L weights ("clip
+missing: ['clip_l...']"), runs that encoder with weights it never set, and every SDXL image is NaN, with or without
+ToMe. A checkpoint that has the level already passes through unchanged. This rewrites the safetensors header only (the names gain `text_model.`); the tensor bytes are copied
 as they are, so it needs no memory for the weights:
 
     python tests/live_checkpoints.py random-sdxl-sgm.safetensors ComfyUI/models/checkpoints/random-sdxl.safetensors
