@@ -13,8 +13,8 @@ Run: `TOME_COMFY_URL=http://127.0.0.1:8188 TOME_COMFY_LOG=comfy.log python -m py
 (the node search in the real front-end: tests/test_live_comfy_search.py, same server). The checkpoints: random
 weights with the exact SD1.5 / SDXL layouts, from shared/tools (`make_random_sd15.py`, `make_random_sdxl.py`) into
 ComfyUI's models/checkpoints as `random-sd15.safetensors` / `random-sdxl.safetensors`; the SDXL one through
-`python tests/live_checkpoints.py MADE.safetensors .../random-sdxl.safetensors` (ComfyUI finds no CLIP-L weights in the
-maker's names and renders NaN).
+`python tests/live_checkpoints.py MADE.safetensors .../random-sdxl.safetensors` (made with transformers 5.x, the
+maker's CLIP-L names lack `text_model.`: ComfyUI finds no CLIP-L weights and renders NaN).
 Images are tiny (SD1.5 128 px, SDXL 256 px, 2-4 steps): random-weight checkpoints make noise, compared bitwise.
 """
 
