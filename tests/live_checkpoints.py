@@ -4,8 +4,8 @@ Run with transformers 5.x, `make_random_sdxl.py` writes the CLIP ViT-L text enco
 `conditioner.embedders.0.transformer.encoder...`, without the `text_model.` level that SDXL checkpoints and ComfyUI's
 key map have (5.x's `CLIPTextModel` names start at `embeddings.`). ComfyUI then finds no CLIP-L weights ("clip
 missing: ['clip_l...']"), runs that encoder with weights it never set, and every SDXL image is NaN, with or without
-ToMe. A checkpoint that has the level already passes through unchanged. This rewrites the safetensors header only (the names gain `text_model.`); the tensor bytes are copied
-as they are, so it needs no memory for the weights:
+ToMe. This rewrites the safetensors header only (the names gain `text_model.`; a checkpoint that has the level
+passes unchanged); the tensor bytes are copied as they are, so it needs no memory for the weights:
 
     python tests/live_checkpoints.py random-sdxl-sgm.safetensors ComfyUI/models/checkpoints/random-sdxl.safetensors
 """
@@ -35,7 +35,8 @@ def rename_for_comfy(source: Path, target: Path) -> int:
     with source.open("rb") as src:
         (size,) = struct.unpack("<Q", src.read(8))
         header = json.loads(src.read(size))
-        renamed = {comfy_key(key): value for key, value in header.items()}
+        names = {key: comfy_key(key) for key in header}
+        renamed = {names[key]: value for key, value in header.items()}
         if len(renamed) != len(header):
             raise ValueError(f"{source}: renaming would merge two tensors into one name")
         text = json.dumps(renamed, separators=(",", ":")).encode()
@@ -44,7 +45,7 @@ def rename_for_comfy(source: Path, target: Path) -> int:
             dst.write(struct.pack("<Q", len(text)))
             dst.write(text)
             shutil.copyfileobj(src, dst, 64 << 20)
-    return sum(comfy_key(key) != key for key in header)
+    return sum(new != old for old, new in names.items())
 
 
 def main(argv: list[str]) -> int:
