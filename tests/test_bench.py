@@ -154,18 +154,19 @@ def _matrix(opts: cli.Options) -> tuple[list[tuple[int, int]], list[float], int,
     return opts.sizes, opts.ratios, opts.repeats, opts.warmup
 
 
-def test_default_full_and_quick_matrices() -> None:
+def test_compare_full_and_quick_matrices() -> None:
     both = [(512, 512), (1024, 1024)]
-    # CPU default: baseline, ours and tomesd at 512 and 1024 px, ratio 0.5, 3 timed runs, no warm-up round
-    default = cli.parse_options([])
-    assert _matrix(default) == (both, [0.5], 3, 0)
-    assert default.device.type == "cpu" and default.dtype == torch.float32
-    assert default.arches == [archs.ARCHS["sd15"]] and default.variants == ["baseline", "ours", "tomesd"]
+    # --compare (the CPU default before the main job): baseline, ours and tomesd at 512 and 1024 px, ratio 0.5, 3
+    # timed runs, no warm-up round
+    compare = cli.parse_options(["--compare"])
+    assert _matrix(compare) == (both, [0.5], 3, 0)
+    assert compare.device.type == "cpu" and compare.dtype == torch.float32
+    assert compare.arches == [archs.ARCHS["sd15"]] and compare.variants == ["baseline", "ours", "tomesd"]
     assert _matrix(cli.parse_options(["--full"])) == (both, [0.3, 0.5, 0.7], 3, 1)
     assert _matrix(cli.parse_options(["--quick"])) == ([(256, 256)], [0.5], 1, 1)
     # explicit options override the matrix, piece by piece
     assert _matrix(cli.parse_options(["--full", "--ratios", "0.5"])) == (both, [0.5], 3, 1)
-    argv = ["--repeats", "2", "--sizes", "768x512", "--warmup", "2"]
+    argv = ["--repeats", "2", "--sizes", "768x512", "--warmup", "2", "--compare"]
     assert _matrix(cli.parse_options(argv)) == ([(512, 768)], [0.5], 2, 2)
 
 
@@ -215,9 +216,12 @@ def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None
         cli.parse_options(["--help"])
     assert info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Default matrix on cpu: sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
+    assert "it runs the main job (make bench): SD1.5 and SDXL" in text
+    assert "On cpu: SD1.5 at 512 px and SDXL at 640 px, 4 timed runs of every variant, about 10 minutes" in text
+    assert "cpu matrix (--compare) sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
     assert "--full the full matrix: sizes 512,1024 px, ratios 0.3,0.5,0.7, 3 timed runs after 1 warm-up round" in text
-    assert "--repeats REPEATS timed runs per variant (default 3 on cpu, 3 on cuda and with --full, 1 with" in text
+    assert "--repeats REPEATS timed runs per variant (default 4 (cuda: 20) in the main job; with an option" in text
+    assert "--gpu-estimate print only the GPU estimate" in text
     assert cli.GPU_COMMAND in text and cli.GPU_GEN_COMMAND in text
 
 

@@ -302,8 +302,9 @@ def test_generation_defaults_and_documented_commands() -> None:
     assert (opts.mode, opts.steps, opts.scheduler, opts.guidance) == ("generate", 10, "euler", 7.0)
     assert (opts.sizes, opts.ratios, opts.repeats, opts.warmup) == ([(512, 512)], [0.5], 3, 0)
     assert opts.latents == ["noise", "natural"] and opts.peers == []
-    default = cli.parse_options([])
-    assert default.mode == "call" and default.latents == ["noise"] and default.steps is None
+    compare = cli.parse_options(["--compare"])
+    assert compare.mode == "call" and compare.latents == ["noise"] and compare.steps is None
+    assert cli.parse_options([]).latents == ["noise", "natural"]  # the main job: natural first, untimed
     assert cli.parse_options(["--steps", "2", "--peers", "all"]).peers == list(peers.PEER_NAMES)
     doc, makefile = (ROOT / "docs" / "benchmarks.md").read_text(), (ROOT / "Makefile").read_text()
     assert "make peers" in doc and "make bench-gen" in doc

@@ -2,10 +2,13 @@
 
 Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
 group shows only while the WebUI's Hires fix is on; the speed selectors show the detailed settings only for Custom;
-for a preset, the note says in the user's words what it gains and changes, as `tome_core.presets.preset_hint` makes
-it from the measurements, for the size set (too small to merge somewhere: said); the token hint (made in Python from
-the values tome.js sends) matches `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as each control changes (width, height, Hires fix and its size, every ToMe setting
-and preset), for the first pass and the hires pass, with custom settings and with presets (per model family);
+for a preset, the note says in one line, in the user's words, what it gains and changes, as `preset_hint`
+(tome_core/presets.py) makes it from the measurements, for the size set (too small to merge somewhere: said), and
+own hires settings at the same preset add no line; the tokens per level (made in Python from the values tome.js
+sends) match `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as each control changes (width,
+height, Hires fix and its size, every ToMe setting and preset), for the first pass and the hires pass: under the
+note for Custom settings, in the note's tooltip for presets (per model family); settings the core refuses (a ratio
+the strides cannot reach) show its message in the note;
 tome.js starts no timer, and no interval runs on the page once it has loaded; after every kind of click (presets,
 Custom's controls, Hires fix, the size sliders) the page settles: the change's own round trips, then no call at all
 while the user does nothing (counted on the server, with each call held as a busy WebUI holds it, so gradio's
@@ -233,6 +236,15 @@ def note_title(driver: Any, tab: str = "txt2img") -> str:
     return title_of(driver, f"#{ours(tab, 'cap_note')} .tome-cap-note") or ""
 
 
+def note_refuses(driver: Any, tab: str = "txt2img") -> str:
+    """The note's refusal (the core's message) while it shows one, marked `tome-invalid`; else ""."""
+    return driver.execute_script(
+        "var note = document.querySelector(arguments[0]);"
+        " return note && note.classList.contains('tome-invalid') ? note.textContent : '';",
+        f"#{ours(tab, 'cap_note')} .tome-cap-note",
+    )
+
+
 def hint_lines(driver: Any, tab: str = "txt2img") -> list[str]:
     """The token hint's lines (a div each; read as textContent, which a tab not shown has too)."""
     return driver.execute_script(
@@ -395,6 +407,8 @@ def test_every_control_has_a_hover_hint(page: Any, tab: str) -> None:
 
 def test_hires_group_follows_hires_fix(page: Any) -> None:
     toggle_accordion(page, ours("txt2img", "enable"), True)
+    click_radio(page, ours("txt2img", "preset"), "custom")  # the token hint shows Custom's tokens per level
+    wait_for("the custom settings to show", lambda: displayed(page, ours("txt2img", "custom")), bool)
     group = ours("txt2img", "hires")
     assert not displayed(page, group), "Hires fix is off: the ToMe hires group must be hidden"
     assert all("Hires pass" not in line for line in hint_lines(page))
@@ -419,24 +433,30 @@ def test_token_hint_follows_size_and_settings(page: Any) -> None:
     wait_for("the custom settings to show", lambda: displayed(page, ours("txt2img", "custom")), bool)
 
     def first_line_is(text: str) -> None:
-        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[:1], lambda lines: lines == [text])
 
     assert expected_line(512, 512).startswith("4096 \u2192 2048 tokens at 1/1")  # the oracle agrees with the spec
     first_line_is(expected_line(512, 512))
     type_number(page, "txt2img_width", 768)
     first_line_is(expected_line(768, 512))
-    type_number(page, ours("txt2img", "ratio"), 0.9)  # above what 2x2 strides allow: capped at 0.75
-    first_line_is(expected_line(768, 512, ratio=0.9))
-    type_number(page, ours("txt2img", "sx"), 4)
-    first_line_is(expected_line(768, 512, ratio=0.9, sx=4))
+    # Above what 2x2 cells allow (1 - 1/(sx*sy) = 0.75): refused as everywhere, and the note says so at once.
+    type_number(page, ours("txt2img", "ratio"), 0.9)
+    refusal = wait_for("the refusal in the note", lambda: note_refuses(page), lambda text: "= 0.75" in text)
+    assert "ratio=0.9" in refusal and "sx=2, sy=2" in refusal
+    wait_for("no token hint for refused settings", lambda: hint_lines(page), lambda lines: lines == [])
+    type_number(page, ours("txt2img", "sx"), 4)  # 4x2 cells: at most 0.875, still refused
+    wait_for("the refusal with 4x2 cells", lambda: note_refuses(page), lambda text: "= 0.875" in text)
+    type_number(page, ours("txt2img", "sy"), 4)  # 4x4 cells: at most 0.9375
+    first_line_is(expected_line(768, 512, ratio=0.9, sx=4, sy=4))
+    assert note_refuses(page) == ""
     type_number(page, "txt2img_height", 640)
-    first_line_is(expected_line(768, 640, ratio=0.9, sx=4))
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, sy=4))
     click_radio(page, ours("txt2img", "max_downsample"), "2")
-    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, max_downsample=2))
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, sy=4, max_downsample=2))
     click_radio(page, ours("txt2img", "mode"), "kv")
-    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, max_downsample=2, mode="kv"))
+    first_line_is(expected_line(768, 640, ratio=0.9, sx=4, sy=4, max_downsample=2, mode="kv"))
     click_radio(page, ours("txt2img", "mode"), "merge")
-    first = {"ratio": 0.9, "sx": 4, "max_downsample": 2}
+    first = {"ratio": 0.9, "sx": 4, "sy": 4, "max_downsample": 2}
 
     def hires_line_is(text: str) -> None:
         wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
@@ -487,7 +507,7 @@ def test_token_hint_follows_every_control(page: Any) -> None:
 
     def first_line_is_expected() -> None:
         text = expected_line(*size, **first)
-        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[:1], lambda lines: lines == [text])
 
     for item, value, field in (("sy", 4, "sy"), ("sx", 1, "sx"), ("ratio", 0.6, "ratio")):
         type_number(page, ours("txt2img", item), value)
@@ -499,7 +519,7 @@ def test_token_hint_follows_every_control(page: Any) -> None:
         first_line_is_expected()
     page.find_element(By.CSS_SELECTOR, f"#{ours('txt2img', 'advanced')} .label-wrap").click()  # open "Advanced"
     element(page, f"#{ours('txt2img', 'merge_attn')} input").click()  # nothing left to merge
-    wait_for("no merging", lambda: hint_lines(page)[0], lambda line: line == "no merging")
+    wait_for("no merging", lambda: hint_lines(page)[:1], lambda lines: lines == ["no merging"])
     element(page, f"#{ours('txt2img', 'merge_attn')} input").click()
     first_line_is_expected()
 
@@ -550,8 +570,8 @@ def test_an_edit_made_while_the_last_send_is_pending_still_counts(page: Any) -> 
             " box.value = arguments[0]; updateInput(box);",
             width,
         )
-    text = expected_families(832, 512, preset_configs(DEFAULT_PRESET))
-    wait_for(f"the hint {text!r}", lambda: hint_lines(page)[:1], lambda lines: lines == [text])
+    text = expected_families(832, 512, preset_configs(DEFAULT_PRESET))  # a preset's tokens: in the note's tooltip
+    wait_for(f"the tooltip to hold {text!r}", lambda: note_title(page), lambda title: text in title)
 
 
 def test_no_timer_after_load(page: Any) -> None:
@@ -573,9 +593,12 @@ def test_no_timer_after_load(page: Any) -> None:
     click_radio(page, ours("txt2img", "max_downsample"), "2")
     click_radio(page, ours("txt2img", "hr_mode"), "own")
     wait_for(
-        "the hint to catch up",
-        lambda: hint_lines(page),
-        lambda lines: lines[0] == expected_line(640, 512, ratio=0.4, max_downsample=2) and len(lines) == 2,
+        "the hint and the note to catch up",  # own hires settings at a preset: a line in the note, tokens on hover
+        lambda: (hint_lines(page), note_lines(page)),
+        lambda got: (
+            got[0] == [expected_line(640, 512, ratio=0.4, max_downsample=2)]
+            and any(line.startswith("Hires pass, ") for line in got[1])
+        ),
     )
     assert timers()["fromTome"] == []
     # gradio's own timers come and go with its requests; once they are done, no interval is left.
@@ -586,54 +609,72 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     toggle_accordion(page, ours("txt2img", "enable"), True)
     custom = ours("txt2img", "custom")
 
-    def first_line_is(text: str) -> None:
-        wait_for(f"the hint {text!r}", lambda: hint_lines(page)[0], lambda line: line == text)
+    def hint_is(lines: list[str]) -> None:
+        wait_for(f"the hint {lines!r}", lambda: hint_lines(page), lambda got: got == lines)
 
-    def hires_line_is(text: str) -> None:
-        wait_for(f"the hires hint {text!r}", lambda: hint_lines(page)[1:], lambda lines: lines == [text])
+    def note_is(*lines: str) -> None:
+        wait_for(f"the note {lines!r}", lambda: note_lines(page), lambda got: got == list(lines))
 
-    def note_is(text: str) -> None:
-        wait_for(f"the note {text!r}", lambda: note_lines(page), lambda lines: lines[:1] == [text])
+    def tooltip_has(*texts: str) -> None:
+        wait_for(f"the tooltip to hold {texts!r}", lambda: note_title(page), lambda got: all(t in got for t in texts))
 
-    # The default preset: the detailed settings are hidden; the note says in the user's words what the preset gains
-    # and changes (no model is loaded on this page: every family), the hint counts its tokens per family.
+    # The default preset: the detailed settings are hidden; the note says in one line, in the user's words, what the
+    # preset gains and changes (no model is loaded on this page: every family); what it runs and its tokens per
+    # level, per family, are in the note's tooltip, and nothing is shown under the note.
     assert not displayed(page, custom), "a preset is selected: the custom settings must be hidden"
-    first_line_is(expected_families(512, 512, preset_configs(DEFAULT_PRESET)))
     note_is(preset_hint(DEFAULT_PRESET, None, (512, 512)))
-    assert "SD1/SD2: " in note_title(page) and "(measured: " in note_title(page)  # the internals, in its tooltip
+    tooltip_has(expected_families(512, 512, preset_configs(DEFAULT_PRESET)), "SD1/SD2: ", "(measured: ")
+    assert hint_lines(page) == []
     click_radio(page, ours("txt2img", "preset"), "fast")
-    first_line_is(expected_families(512, 512, preset_configs("fast")))
     note_is(preset_hint("fast", None, (512, 512)))
-    type_number(page, "txt2img_width", 96)  # too small for Fast's 4x4 cells at level 4: the note says so
+    tooltip_has(expected_families(512, 512, preset_configs("fast")))
+    type_number(page, "txt2img_width", 96)  # too small for Fast's 8x8 cells at level 4: the note says so
     note_is(preset_hint("fast", None, (96, 512)))
     assert "too small for Fast" in note_lines(page)[0]
     type_number(page, "txt2img_width", 768)
-    first_line_is(expected_families(768, 512, preset_configs("fast")))
     note_is(preset_hint("fast", None, (768, 512)))
+    tooltip_has(expected_families(768, 512, preset_configs("fast")))
     click_radio(page, ours("txt2img", "preset"), "quality")  # kv mode on SDXL: keys/values
-    first_line_is(expected_families(768, 512, preset_configs("quality")))
+    tooltip_has(expected_families(768, 512, preset_configs("quality")))
+    assert hint_lines(page) == []
 
-    click_radio(page, ours("txt2img", "preset"), "custom")
+    click_radio(page, ours("txt2img", "preset"), "custom")  # Custom: its tokens per level under the note
     wait_for("the custom settings to show", lambda: displayed(page, custom), bool)
-    first_line_is(expected_line(768, 512))
+    hint_is([expected_line(768, 512)])
     click_radio(page, ours("txt2img", "preset"), "fastest")
     wait_for("the custom settings to hide", lambda: displayed(page, custom), lambda shown: not shown)
-    first_line_is(expected_families(768, 512, preset_configs("fastest")))
+    hint_is([])
+    fastest = preset_hint("fastest", None, (768, 512))
+    note_is(fastest)
 
-    # Hires fix: "same" runs the preset again at the hires size; "own" its own preset, or own custom values over it.
+    # Hires fix: "same" runs the preset again at the hires size (no line of its own, its tokens on hover); "own" at
+    # the same preset adds no line either, another preset one line naming it.
     toggle_accordion(page, "txt2img_hr", True)
-    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest'))}")
+    tooltip_has(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest'))}")
+    note_is(fastest)
     click_radio(page, ours("txt2img", "hr_mode"), "own")
     wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
     assert not displayed(page, ours("txt2img", "hr_custom"))
-    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET))}")
+    label = get_preset(DEFAULT_PRESET).label
+    note_is(fastest, f"Hires pass, {label}: {preset_hint(DEFAULT_PRESET, None, (1536, 1024))}")
+    tooltip_has(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET))}")
+    click_radio(page, ours("txt2img", "hr_preset"), "fastest")
+    note_is(fastest)
+    # Own custom values over Fastest: the hires controls' own ratio and strides replace the preset's (its 0.95 in
+    # 8x8 cells on SD1/SD2), so their defaults (0.5 in 2x2 cells) run; a ratio above 0.75 in 2x2 cells is refused.
     click_radio(page, ours("txt2img", "hr_preset"), "custom")
     wait_for("the own custom hires settings to show", lambda: displayed(page, ours("txt2img", "hr_custom")), bool)
+    type_number(page, ours("txt2img", "hr_ratio"), 0.9)
+    refusal = wait_for("the refusal in the note", lambda: note_refuses(page), bool)
+    assert "sx=2, sy=2" in refusal and "= 0.75" in refusal
+    type_number(page, ours("txt2img", "hr_sx"), 4)
+    type_number(page, ours("txt2img", "hr_sy"), 4)
     type_number(page, ours("txt2img", "hr_ratio"), 0.3)
-    hires = {"ratio": 0.3, "max_downsample": "auto", "sx": 2, "sy": 2}  # the own custom controls
+    hires = {"ratio": 0.3, "max_downsample": "auto", "sx": 4, "sy": 4}  # the own custom controls
     over = {family: config.replace(**hires) for family, config in preset_configs("fastest").items()}
-    hires_line_is(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, over)}")
-    first_line_is(expected_families(768, 512, preset_configs("fastest")))
+    hint_is([f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, over)}"])  # Custom values: shown
+    tooltip_has(expected_families(768, 512, preset_configs("fastest")))  # the first pass's preset: on hover
+    assert note_refuses(page) == ""
 
 
 @pytest.mark.parametrize("tab", ["txt2img", "img2img"])

@@ -172,17 +172,23 @@ STUB_SDXL_BLOCKS = {2: 3, 4: 12}
 
 def kinds_expected(config: tome_core.TomeConfig) -> str:
     """The kinds the log must name for `config` on the stand-in SDXL, counted from its layout."""
-    levels = [level for level in STUB_SDXL_BLOCKS if config.merges_level(level, frozenset(STUB_SDXL_BLOCKS))]
-    blocks = sum(STUB_SDXL_BLOCKS[level] for level in levels)
+    auto = frozenset(STUB_SDXL_BLOCKS)
+    levels = [level for level in STUB_SDXL_BLOCKS if config.merges_level(level, auto)]
+    pooled = sum(STUB_SDXL_BLOCKS[level] for level in STUB_SDXL_BLOCKS if config.pools_level(level, auto))
+    merged = sum(STUB_SDXL_BLOCKS[level] for level in levels)
     mlp = sum(STUB_SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
     parts = []
-    if config.merge_attn:
-        what = "keys/values pooled for self-attention" if config.mode == "kv" else "self-attention merged"
-        parts.append(f"{what} in {blocks}")
+    if config.merge_attn and config.mode == "kv":
+        pooled += merged
+    if pooled:
+        parts.append(f"keys/values pooled for self-attention in {pooled}")
+    if config.merge_attn and config.mode == "merge":
+        parts.append(f"self-attention merged in {merged}")
     if config.merge_crossattn:
-        parts.append(f"cross-attention merged in {blocks}")
+        parts.append(f"cross-attention merged in {merged}")
     if config.merge_mlp:
         parts.append(f"feed-forward (MLP) merged in {mlp}")
+    blocks = pooled + (0 if config.mode == "kv" and config.merge_attn else merged)
     return f"ran in {blocks} of {blocks} selected blocks (15 transformer blocks): {', '.join(parts)}"
 
 
@@ -196,12 +202,14 @@ def test_sdxl_log_line_names_each_kind_that_ran_with_its_counts(preset: str, cap
     assert tome_lines(caplog) == [f"ToMe ({preset} for sdxl): {kinds_expected(config)}"]
 
 
-def test_sdxl_balanced_names_kv_pooling_cross_attention_and_the_feed_forward(caplog: Any) -> None:
+def test_sdxl_balanced_names_kv_pooling_and_the_blocks_merged_whole(caplog: Any) -> None:
+    # The level-2 blocks pool keys/values; the level-4 blocks merge whole: attention, cross-attention and MLP.
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome(load_checkpoint("sdxl"), "Balanced"))
     (line,) = tome_lines(caplog)
     assert line.endswith(
-        "keys/values pooled for self-attention in 15, cross-attention merged in 15, feed-forward (MLP) merged in 12"
+        "keys/values pooled for self-attention in 3, self-attention merged in 12, cross-attention merged in 12,"
+        " feed-forward (MLP) merged in 12"
     )
 
 
@@ -261,6 +269,28 @@ def test_attention_replaced_in_every_call_is_counted_and_named(sd: ModelPatcher,
     assert "ran in 2 of 3 selected blocks" in text
     assert "attention replaced by another node in every call" in text
     assert "input.1.0 (4 of 4 UNet calls)" in text
+
+
+def test_a_block_merged_whole_keeps_every_token_for_a_replaced_attention(sd: ModelPatcher, caplog: Any) -> None:
+    # Attention, cross-attention and feed-forward merging at one ratio merge the block whole; a replacement (attention
+    # couple, regional prompts) may map its tokens back to image positions: that block runs unmerged in that call.
+    seen: list[int] = []
+
+    def replacement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, extra: Any) -> torch.Tensor:
+        seen.append(q.shape[1])
+        return v
+
+    replaced = sd.clone()
+    replaced.set_model_attn1_replace(replacement, "input", 1)  # a level-1 block ToMe selects
+    caplog.set_level(logging.INFO, logger="tome")
+    plain = sample(replaced.clone())
+    full = set(seen)
+    seen.clear()
+    sample(tome_advanced(replaced, merge_crossattn=True, merge_mlp=True))
+    assert seen and set(seen) == full  # every token, as without ToMe
+    assert "ran in 2 of 3 selected blocks" in caplog.text
+    assert "attention replaced by another node in every call" in caplog.text
+    assert plain is not None
 
 
 def pag_like(model: ModelPatcher) -> ModelPatcher:
@@ -505,8 +535,8 @@ def test_optional_fields_take_minus_one_as_none() -> None:
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"ratio": 0.9, "sx": 1, "sy": 2}, "'ratio'"),
-        ({"merge_mlp": True, "mlp_ratio": 0.8, "sx": 2, "sy": 1}, "'mlp_ratio'"),
+        ({"ratio": 0.9, "sx": 1, "sy": 2}, r"ratio=0\.9 is more than strides sx=1, sy=2 can merge"),
+        ({"merge_mlp": True, "mlp_ratio": 0.8, "sx": 2, "sy": 1}, r"mlp_ratio=0\.8 is more than strides sx=2, sy=1"),
         ({"step_start": 0.6, "step_end": 0.4}, "step_start"),
         ({"mlp_ratio": -0.5}, "mlp_ratio"),
         ({"tome_seed": -3}, "tome_seed"),

@@ -191,4 +191,9 @@ def test_a_low_precision_patched_call_adds_no_copy_or_conversion(dtype: torch.dt
         forward(unet, inputs)
     assert tome_core.stats(unet).applied > 0
     tome_core.remove_patch(unet)
-    assert len(ours.copies) == len(plain.copies), [c for c in ours.copies if c not in plain.copies]
+    # A merge plan's 0/1 matrices are made from a comparison (bool) in the tokens' dtype: a cast, not a round trip
+    # of the tokens through another precision.
+    built = [c for c in ours.copies if c.src_dtype == torch.bool and c.dst_dtype == dtype and c.src == c.dst]
+    assert built, "no merge plan was built"
+    others = [c for c in ours.copies if c not in built]
+    assert len(others) == len(plain.copies), [c for c in others if c not in plain.copies]

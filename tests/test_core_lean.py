@@ -153,23 +153,47 @@ def test_at_most_tomesds_launching_ops_per_merged_block(tomesd) -> None:
     assert ours.total <= theirs.total  # views included
 
 
-def test_one_plan_per_stack_matches_once_per_stack() -> None:
+def test_shared_plans_match_once_per_stack_or_level() -> None:
     # The SDXL-like model has stacks of 1 and 2 blocks at level 2 and of 2 and 3 blocks at level 4 (see
-    # tiny_models): matching (one argsort per plan) runs once per stack instead of once per block.
+    # tiny_models): matching (one topk per plan) runs once per stack of several blocks, and once per level for the
+    # level's single-block stacks, instead of once per block.
     unet = build_unet("diffusers_sdxl")
     inputs = make_inputs(2, 16, 16)
-    sorts = {}
+    plans = {}
     for share in (False, True):
         tome_core.apply_patch(unet, share_plan=share, merge_mlp=True)
         forward(unet, inputs)
         tome_core.reset_stats(unet)
         counts = _ops(unet, inputs)
-        sorts[share] = counts.names["argsort"] + counts.names["sort"]
+        plans[share] = counts.names["topk"]
         applied = tome_core.stats(unet).applied
         tome_core.remove_patch(unet)
         assert applied == 11
+    stacks = [m for m in unet.modules() if hasattr(m, "transformer_blocks")]
+    levels = dict(tome_core.transformer_blocks(unet))
+    single_levels = {levels[m.transformer_blocks[0]] for m in stacks if len(m.transformer_blocks) == 1}
+    expected = sum(len(m.transformer_blocks) > 1 for m in stacks) + len(single_levels)
+    assert plans == {False: 11, True: expected} and expected < 11
+
+
+def test_a_shared_stack_merges_once_and_unmerges_once() -> None:
+    # With shared plans a stack of whole-merged blocks stays merged from its first block to its last: one merge
+    # (bmm) and two batched products (residual, unmerge) per stack, not per block.
+    unet = build_unet("diffusers_sdxl")
+    inputs = make_inputs(2, 16, 16)
+    tome_core.apply_patch(unet, share_plan=True, merge_crossattn=True, merge_mlp=True, max_downsample=4)
+    forward(unet, inputs)
+    counts = _ops(unet, inputs)
+    tome_core.remove_patch(unet)
     stacks = sum(1 for m in unet.modules() if hasattr(m, "transformer_blocks"))
-    assert sorts == {False: 11, True: stacks} and stacks < 11
+    blocks = sum(tome_core.blocks_per_level(unet).values())
+    assert stacks < blocks
+    modules = [m for m in unet.modules() if hasattr(m, "transformer_blocks")]
+    levels = dict(tome_core.transformer_blocks(unet))
+    plans = sum(len(m.transformer_blocks) > 1 for m in modules)
+    plans += len({levels[m.transformer_blocks[0]] for m in modules if len(m.transformer_blocks) == 1})
+    assert counts.names["baddbmm"] == 2 * stacks
+    assert counts.names["bmm"] == stacks + plans  # one per stack (the merge), one per plan (the match)
 
 
 def test_shared_plan_changes_the_output_less_than_it_saves() -> None:

@@ -104,13 +104,19 @@ def merged_levels(model: object, height: int = 16, width: int = 16) -> dict[int,
     return out
 
 
-def expected_after(tokens: int, h: int, w: int, ratio: float, sx: int = 2, sy: int = 2) -> int:
-    """Tokens left after merging an h x w grid: r = int(tokens * ratio), at most one destination per whole cell
-    kept; a grid too small for one whole cell is left alone."""
+def expected_after(tokens: int, h: int, w: int, ratio: float, sx: int = 2, sy: int = 2, matching: str = "local") -> int:
+    """Tokens left after merging an h x w grid; a grid too small for one whole cell is left alone.
+
+    global: r = int(tokens * ratio), at most one destination per whole cell kept. local: the same rule within each
+    band of sy token rows (sy * w tokens, w // sx destinations); rows below the last whole band are not merged."""
     num_dst = (h // sy) * (w // sx)
     if num_dst == 0:
         return tokens
-    return tokens - max(min(int(tokens * ratio), tokens - num_dst), 0)
+    if matching == "global":
+        return tokens - max(min(int(tokens * ratio), tokens - num_dst), 0)
+    band = sy * w
+    kept = band - max(min(int(band * ratio), band - w // sx), 0)
+    return (h // sy) * kept + (h % sy) * w
 
 
 def expected_auto_levels(blocks_per_level: dict[int, int]) -> set[int]:
@@ -253,11 +259,12 @@ def test_no_target_or_unit_stride_is_bitwise_unpatched(kind: str) -> None:
     reference = forward(model, inputs)
     tome_core.apply_patch(model, ratio=0.5, max_downsample=8, merge_attn=False)
     assert torch.equal(forward(model, inputs), reference)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # ratio capped to 0 by sx=sy=1
-        tome_core.apply_patch(model, ratio=0.5, max_downsample=8, sx=1, sy=1)
+    tome_core.apply_patch(model, ratio=0.0, max_downsample=8, sx=1, sy=1)  # 1x1 cells: nothing to merge, none asked
     assert torch.equal(forward(model, inputs), reference)
     tome_core.remove_patch(model)
+    with pytest.raises(ValueError, match=r"ratio=0\.5 with strides sx=1, sy=1 leaves nothing to merge"):
+        tome_core.apply_patch(model, ratio=0.5, max_downsample=8, sx=1, sy=1)  # asked, and nothing to merge: refused
+    assert not tome_core.is_patched(model)
 
 
 @pytest.mark.parametrize("kind", BARE)
@@ -430,7 +437,7 @@ def test_non_square_and_non_divisible_latents(kind: str, height: int, width: int
     for calls in seen.values():
         for n, n_attn in calls:
             side_h, side_w = math.ceil(height / levels[n]), math.ceil(width / levels[n])
-            assert n_attn == expected_after(n, side_h, side_w, 0.5)
+            assert n_attn == expected_after(n, side_h, side_w, 0.5, matching=matching)
     tome_core.remove_patch(model)
     assert torch.equal(forward(model, inputs), reference)
 
@@ -508,7 +515,9 @@ def _measured_blocks(model: object, height: int, width: int) -> dict[int, int]:
 def test_describe_reports_blocks_per_level(kind: str) -> None:
     model = make(kind)
     blocks = _measured_blocks(model, 16, 16)
-    info = tome_core.describe(model, height=128, width=128)
+    # TomeConfig's defaults (with no config an unpatched model describes the default preset: see
+    # tests/test_core_describe_and_table.py)
+    info = tome_core.describe(model, height=128, width=128, config=TomeConfig())
     assert [i.level for i in info] == sorted(blocks)
     assert blocks == BLOCKS_PER_LEVEL[unet_kind(kind)]
     auto = expected_auto_levels(blocks)
@@ -551,33 +560,39 @@ def test_describe_sizes_in_pixels() -> None:
     assert info[4].tokens == 16 * 24
 
 
-# ---------------------------------------------------------------------------------------------- capped ratio
+# ---------------------------------------------------------------------------------------------- the strides' maximum
 
 
 @pytest.mark.parametrize(
     ("kind", "height", "width"),
     [("webui_sd1", 16, 16), ("diffusers_sd1", 16, 16), ("diffusers_sd1", 13, 19), ("diffusers_sdxl", 19, 13)],
 )
-def test_capped_ratio_warns_and_merges_the_maximum(kind: str, height: int, width: int) -> None:
-    """ratio 0.9 with 2x2 cells merges what ratio 0.75 merges: r = int(N * 0.75) tokens at every merged level.
+def test_a_ratio_above_the_strides_maximum_is_refused_and_the_maximum_merges(
+    kind: str, height: int, width: int
+) -> None:
+    """ratio 0.9 with 2x2 cells is refused (one rule in every front door: never capped); the maximum, 0.75,
+    merges int(band * 0.75) tokens of every band of 2 token rows at every merged level, without a warning.
 
-    On odd grids that is fewer than the kernel's own limit (one destination per whole cell), so the cap must
-    come from the config, not from the kernel clamping r.
+    On odd grids that is fewer than the kernel's own limit (one destination per whole cell): what merges comes
+    from the config's ratio, not from the kernel clamping it.
     """
     model = make(kind)
     inputs = make_inputs(2, height, width)
-    with pytest.warns(UserWarning, match="ratio"):
+    with pytest.raises(ValueError, match=r"ratio=0\.9 is more than strides sx=2, sy=2 can merge: at most .* = 0\.75"):
         tome_core.apply_patch(model, ratio=0.9, sx=2, sy=2, use_rand=False)
-    capped = forward(model, inputs)
-    got = merged_levels(model, height, width)
-    merged = {lv: v for lv, v in got.items() if v[1] < v[0]}
-    assert merged, "nothing merged"
-    for tokens, into_attn in merged.values():
-        assert into_attn == tokens - int(tokens * 0.75)
+    assert not tome_core.is_patched(model)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 0.75 is allowed: no warning
         tome_core.apply_patch(model, ratio=0.75, sx=2, sy=2, use_rand=False)
-    assert torch.equal(forward(model, inputs), capped)
+    assert torch.isfinite(forward(model, inputs)).all()
+    got = merged_levels(model, height, width)
+    merged = {lv: v for lv, v in got.items() if v[1] < v[0]}
+    assert merged, "nothing merged"
+    levels = grid_levels(height, width)
+    for tokens, into_attn in merged.values():
+        side_h, side_w = math.ceil(height / levels[tokens]), math.ceil(width / levels[tokens])
+        band = 2 * side_w
+        assert into_attn == (side_h // 2) * (band - int(band * 0.75)) + (side_h % 2) * side_w
     tome_core.remove_patch(model)
 
 

@@ -28,10 +28,12 @@ def test_presets_are_named_and_ordered() -> None:
 @pytest.mark.parametrize("family", tome_core.FAMILIES)
 def test_each_family_is_a_ladder_as_measured(family: str) -> None:
     # From Quality to Fastest: each preset measured faster and deviating more (both start latents) than the one
-    # before, neighbours at least 5% apart in speed, and every one of them faster than the unpatched model.
+    # before, neighbours at least 3% apart in speed, and every one of them faster than the unpatched model. (5% until
+    # the presets were chosen for GPUs at no more deviation than before: SDXL's Balanced, a fifth of its level-4
+    # tokens merged, is as much as that allows, 4% above Quality on a CPU and on an H100; docs/benchmarks.md.)
     measured = [p.measured[family] for p in tome_core.presets()]
     for slower, faster in itertools.pairwise(measured):
-        assert faster.speedup >= slower.speedup * 1.05, (slower, faster)
+        assert faster.speedup >= slower.speedup * 1.03, (slower, faster)
         assert faster.deviation_noise > slower.deviation_noise, (slower, faster)
         assert faster.deviation_natural > slower.deviation_natural, (slower, faster)
     assert measured[0].speedup > 1.0

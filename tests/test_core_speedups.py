@@ -156,8 +156,9 @@ def test_step_window_counts_sampler_steps_not_unet_calls() -> None:
 
 
 def test_describe_reports_auto_levels() -> None:
-    sd1 = {i.level: i for i in tome_core.describe(build_unet("diffusers_sd1"), 512, 512)}
+    auto = tome_core.TomeConfig()  # max downsample "auto" (no config: the default preset's levels)
+    sd1 = {i.level: i for i in tome_core.describe(build_unet("diffusers_sd1"), 512, 512, auto)}
     assert sd1[1].merging == sd1[1].blocks and sd1[2].merging == 0
     assert (sd1[1].tokens, sd1[1].tokens_after) == (4096, 2048)
-    xl = {i.level: i for i in tome_core.describe(build_unet("diffusers_sdxl"), 1024, 1024)}
+    xl = {i.level: i for i in tome_core.describe(build_unet("diffusers_sdxl"), 1024, 1024, auto)}
     assert 1 not in xl and xl[2].merging == xl[2].blocks and xl[4].merging == xl[4].blocks

@@ -28,25 +28,29 @@ import tiny_models
 PAIRS = [(preset.name, family) for preset in presets() for family in FAMILIES]
 
 
-def figures(name: str, family: str) -> str:
-    measured = get_preset(name).measured[family]
-    return (
-        f"{FAMILY_LABELS[family]}: about {measured.speedup:.3g}\u00d7 faster on a CPU, the image changes by about"
-        f" {100 * measured.deviation_natural:.2g}%"
-    )
+def figures(name: str, family: str, device: str | None = "cpu") -> str:
+    """The figures the hint gives for a family: on a CPU the CPU one, on CUDA the GPU one, unknown: both."""
+    preset = get_preset(name)
+    measured, gpu = preset.measured[family], preset.measured_gpu[family]
+    cpu_words = f"about {measured.speedup:.3g}\u00d7 faster on a CPU"
+    gpu_words = f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}"
+    speed = {"cpu": cpu_words, "cuda": gpu_words, None: f"{gpu_words} ({cpu_words})"}[device]
+    return f"{FAMILY_LABELS[family]}: {speed}, the image changes by about {100 * measured.deviation_natural:.2g}%"
 
 
 @pytest.mark.parametrize(("name", "family"), PAIRS)
 def test_the_hint_gives_the_measured_figures_of_the_loaded_family(name: str, family: str) -> None:
-    text = preset_hint(name, family)
+    text = preset_hint(name, family, device="cpu")
     assert text == f"{preset_words(name)}. {figures(name, family)}."
+    assert preset_hint(name, family, device="cuda") == f"{preset_words(name)}. {figures(name, family, 'cuda')}."
+    assert preset_hint(name, family) == f"{preset_words(name)}. {figures(name, family, None)}."
     other = next(f for f in FAMILIES if f != family)
     assert FAMILY_LABELS[other] not in text  # the other family only when the loaded one is unknown
 
 
 @pytest.mark.parametrize("name", [preset.name for preset in presets()])
 def test_without_a_family_the_hint_gives_every_family(name: str) -> None:
-    assert preset_hint(name) == f"{preset_words(name)}. {figures(name, 'sd')}; {figures(name, 'sdxl')}."
+    assert preset_hint(name, device="cpu") == f"{preset_words(name)}. {figures(name, 'sd')}; {figures(name, 'sdxl')}."
     assert preset_hint(get_preset(name)) == preset_hint(name)
 
 
@@ -57,18 +61,20 @@ def test_the_hint_follows_the_measurements_it_is_made_from() -> None:
         fast, measured=MappingProxyType({**fast.measured, "sd": Measured(2.5, 0.2, 0.125, "SD1.5 640 px, a test")})
     )
     assert (
-        preset_hint(remeasured, "sd")
+        preset_hint(remeasured, "sd", device="cpu")
         == f"{preset_words(fast)}. SD1/SD2: about 2.5\u00d7 faster on a CPU, the image changes by about 12%."
     )
     on_gpu = dataclasses.replace(
         fast, measured=MappingProxyType({**fast.measured, "sd": Measured(0.9, 0.2, 0.125, "a test", "an H100")})
     )
-    assert "SD1/SD2: about 0.9\u00d7 faster on an H100, the image" in preset_hint(on_gpu, "sd")
+    assert "SD1/SD2: about 0.9\u00d7 faster on an H100, the image" in preset_hint(on_gpu, "sd", device="cpu")
     assert preset_hint(remeasured, "sdxl") == preset_hint(fast, "sdxl")
     assert "measured: SD1.5 640 px, a test: 2.5\u00d7 faster, deviation 0.2 from white noise, 0.125 from" in (
         preset_details(remeasured, "sd")
     )
-    unmeasured = dataclasses.replace(fast, measured=MappingProxyType({"sd": fast.measured["sd"]}))
+    unmeasured = dataclasses.replace(
+        fast, measured=MappingProxyType({"sd": fast.measured["sd"]}), measured_gpu=MappingProxyType({})
+    )
     assert "SDXL: not measured" in preset_hint(unmeasured)
 
 
@@ -90,19 +96,20 @@ def test_the_details_say_what_runs_and_where_it_was_measured(name: str, family: 
 
 
 def test_too_small_to_merge_at_a_level_is_said() -> None:
-    # SD1/SD2 Fast and Fastest merge with 4x4 cells down to level 4: a 96 px image has a 3x3 grid there.
-    for name in ("fast", "fastest"):
+    # SD1/SD2 Fast merges with 8x8 cells at level 4, Fastest at levels 2 and 4: a 96 px image has a 3x3 grid at
+    # level 4 and a 6x6 one at level 2, a 256 px image an 8x8 grid at level 4 (one cell fits).
+    for name, levels in (("fast", "4"), ("fastest", "2 and 4")):
         text = preset_hint(name, "sd", (96, 96))
         assert text.startswith(preset_hint(name, "sd"))
         label = get_preset(name).label
         assert text.endswith(
-            f"At 96\u00d796 px the image is too small for {label} to merge tokens at level 4 on SD1/SD2 (its 4\u00d74"
-            " cells do not fit there), so it gains less."
+            f"At 96\u00d796 px the image is too small for {label} to merge tokens at level {levels} on SD1/SD2 (its"
+            " 8\u00d78 cells do not fit there), so it gains less."
         )
-        assert preset_hint(name, "sd", (128, 128)) == preset_hint(name, "sd")  # a 4x4 grid: one cell fits
+        assert preset_hint(name, "sd", (256, 256)) == preset_hint(name, "sd")
     assert preset_hint("quality", "sd", (64, 64)) == preset_hint("quality", "sd")  # pooling needs no cell
     both = preset_hint("fastest", None, (64, 96))
-    assert "level 4 on SD1/SD2 (its 4\u00d74 cells do not fit there) or at level 4 on SDXL" in both
+    assert "on SD1/SD2 (its 8\u00d78 cells do not fit there) or at level 4 on SDXL (its 4\u00d74 cells" in both
     with pytest.raises(ValueError, match="model family"):
         preset_hint("fast", "flux")
 

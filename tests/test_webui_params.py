@@ -47,8 +47,18 @@ DOCUMENTED_ORDER = (
     "preset",
     "hr_preset",
     "mlp_min_downsample",
+    "min_downsample",
+    "pool_kv",
 )
-DOCUMENTED_IMG2IMG_ORDER = (*DOCUMENTED_ORDER[:14], "mlp_ratio", "share_plan", "preset", "mlp_min_downsample")
+DOCUMENTED_IMG2IMG_ORDER = (
+    *DOCUMENTED_ORDER[:14],
+    "mlp_ratio",
+    "share_plan",
+    "preset",
+    "mlp_min_downsample",
+    "min_downsample",
+    "pool_kv",
+)
 
 #: Valid first-pass args (the first 14 of both tabs), to put a bad hires value after.
 VALID = [True, 0.5, "auto", 2, 2, True, True, False, False, -1, "merge", "local", 0, 1]
@@ -59,7 +69,7 @@ TAIL = ["same", 0.5, "auto", 2, 2, -1, False]
 
 def full(*, preset: str = "custom", hr_preset: str = "custom", **values: Any) -> list[Any]:
     """A full txt2img list as the UI sends it, custom by default."""
-    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset, 1], strict=True))
+    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset, 1, 1, False], strict=True))
     named.update(values)
     return [named[name] for name in ARG_NAMES]
 
@@ -73,13 +83,16 @@ def test_positional_order_is_the_documented_one() -> None:
     assert IMG2IMG_ARG_NAMES == DOCUMENTED_IMG2IMG_ORDER
     assert set(ARG_NAMES) >= {s.name for s in field_specs()}
     doc = " ".join((params.__doc__ or "").split())
-    groups = [(0, 1), (1, 14), (14, 19), (19, 23), (23, 24)]
+    groups = [(0, 1), (1, 14), (14, 19), (19, 23), (23, 24), (24, 26)]
     table = " ".join(
         f"{start if end == start + 1 else f'{start}-{end - 1}'} {', '.join(DOCUMENTED_ORDER[start:end])}"
         for start, end in groups
     )
     assert table in doc
-    assert "0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset, mlp_min_downsample" in doc
+    assert (
+        "0 enabled, 1-13 the same fields, 14-19 mlp_ratio, share_plan, preset, mlp_min_downsample, min_downsample,"
+        " pool_kv" in doc
+    )
 
 
 def test_defaults_are_off_and_the_config_defaults() -> None:
@@ -156,7 +169,10 @@ def test_hires_modes_with_presets(family: str) -> None:
     # own custom settings over a first-pass preset: its values for this family, with own ratio/strides/levels
     own_custom = resolve(full(preset="fast", hr_mode="own", hr_ratio=0.7, hr_sx=4, hr_sy=4, hr_max_downsample="1"))
     assert own_custom is not None
-    assert own_custom.pass_config(True, family) == fast(family).replace(ratio=0.7, sx=4, sy=4, max_downsample=1)
+    # (max downsample 1 below the preset's first merging level: from level 1, `params._overlay`)
+    assert own_custom.pass_config(True, family) == fast(family).replace(
+        ratio=0.7, sx=4, sy=4, max_downsample=1, min_downsample=1
+    )
     # a hires preset over custom first-pass settings
     custom_first = resolve(full(ratio=0.2, hr_mode="own", hr_preset="fast"))
     assert custom_first is not None and not custom_first.needs_family(False) and custom_first.needs_family(True)
@@ -239,7 +255,7 @@ def test_dict_form_with_presets(family: str) -> None:
             "preset (args[21]) must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'",
         ),
         (full(hr_preset=""), "hr_preset (args[22]) must be one of 'quality'"),
-        ([True] * 25, "args has 25 values, at most 24 allowed"),
+        ([True] * 27, "args has 27 values, at most 26 allowed"),
         ([{"ratio": 5}], "ratio must be a number in [0, 0.95], got 5"),
         ([{"sx": "two"}], "sx must be an integer in [1, 8], got 'two'"),
         ([{"foo": 1}], "args[0] has unknown field(s) 'foo'; allowed: enabled, preset, ratio"),
@@ -276,7 +292,7 @@ def test_img2img_positions_are_its_own() -> None:
         validate_request_args([*VALID, "same"], is_img2img=True)
     with pytest.raises(TomeArgsError, match=r"preset \(args\[16\]\) must be one of"):
         validate_request_args([*VALID, -1, False, "own"], is_img2img=True)
-    with pytest.raises(TomeArgsError, match="at most 18 allowed"):
+    with pytest.raises(TomeArgsError, match="at most 20 allowed"):
         validate_request_args(full(), is_img2img=True)
     validate_request_args([*VALID, 0.5, True, "fast"], is_img2img=True)
     # a dict's hires settings are checked in img2img too (one dict for both tabs), and unused there
@@ -308,7 +324,7 @@ def test_after_a_dict_only_the_webui_defaults_may_follow() -> None:
         resolve([{"preset": "fast"}, *filled[1:14], "off"])
     with pytest.raises(TomeArgsError, match=r"got use_rand \(args\[5\]\) too"):
         resolve([{"preset": "fast"}, *filled[1:5], 1])  # 1 is not the checkbox's True
-    with pytest.raises(TomeArgsError, match="got 25 values"):
+    with pytest.raises(TomeArgsError, match="got 27 values"):
         validate_request_args([{"preset": "fast"}, *filled[1:], 0])
 
 
@@ -349,10 +365,10 @@ def test_xyz_overrides_with_presets(family: str) -> None:
     job = resolve(full(), {"preset": "fast"})
     assert job is not None and job.pass_config(False, family) == fast(family)
     # a value axis under a preset lays the value over the preset, in both passes ("same")
-    job = resolve(full(preset="fast", ratio=0.1), {"ratio": 0.3, "sx": 1})
-    assert job is not None and job.changes == (("ratio", 0.3), ("sx", 1))
-    assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, sx=1)
-    assert job.pass_config(True, family) == fast(family).replace(ratio=0.3, sx=1)
+    job = resolve(full(preset="fast", ratio=0.1), {"ratio": 0.3, "sx": 2})
+    assert job is not None and job.changes == (("ratio", 0.3), ("sx", 2))
+    assert job.pass_config(False, family) == fast(family).replace(ratio=0.3, sx=2)
+    assert job.pass_config(True, family) == fast(family).replace(ratio=0.3, sx=2)
     # ... and with Custom, into the custom settings
     job = resolve(full(ratio=0.1), {"preset": "custom", "ratio": 0.3})
     assert job is not None and job.changes == () and job.first == TomeConfig(ratio=0.3)

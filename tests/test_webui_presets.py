@@ -148,11 +148,11 @@ def test_every_preset_merges_every_selected_block(models: dict[str, torch.nn.Mod
     """Never silent, for the presets' configs: merge_mlp, mlp_ratio and share_plan blocks count as merged.
 
     (The A1111 stand-in runs its ldm UNet only; SDXL: `test_forge_every_preset_merges_every_selected_block`.)
-    A 16-token latent: the presets' 4x4 cells need a level-4 grid of at least 4x4 (at 8 the note says so).
+    A 32x32 latent: the presets' 8x8 cells need a level-4 grid of at least 8x8 (smaller, the note says so).
     """
     webui = webui_for(models, "sd")
     for choice in tome_core.presets():
-        sampler = FakeSampler(webui, run_unet=True, latent=16)
+        sampler = FakeSampler(webui, run_unet=True, latent=32)
         _, processed = webui.txt2img(tome_args(True, preset=choice.name), enable_hr=True, sampler=sampler)
         assert "ToMe note" not in processed.extra_generation_params, choice.name
         assert all(r.hooks > 0 for r in sampler.records)
@@ -316,7 +316,7 @@ def test_forge_resolves_the_preset_after_its_lazy_load(family: str, depths: Any)
     engine = forge.Engine(forge.build_unet(depths, seed=0), is_sdxl=family == "sdxl")
     webui = forge.ForgeWebUI(engine, lazy=True)
     args = tome_args(True, preset="fastest", hr_mode="own", hr_preset="quality")
-    p, processed = webui.run(tome=args, enable_hr=True, steps=2, sampler=forge.ForgeSampler(latent=16))
+    p, processed = webui.run(tome=args, enable_hr=True, steps=2, sampler=forge.ForgeSampler(latent=32))
     seen = {r.pass_name: r.config for r in p.sampler.records}
     assert seen == {"first": preset("fastest", family), "hires": preset("quality", family)}
     extra = processed.extra_generation_params
@@ -342,7 +342,7 @@ def test_forge_every_preset_merges_every_selected_block(family: str, depths: Any
     engine = forge.Engine(forge.build_unet(depths, seed=1), is_sdxl=family == "sdxl")
     webui = forge.ForgeWebUI(engine, lazy=False)
     for choice in tome_core.presets():
-        sampler = forge.ForgeSampler(latent=16)  # a level-4 grid that holds the presets' 4x4 cells
+        sampler = forge.ForgeSampler(latent=32)  # a level-4 grid that holds the presets' 8x8 cells
         p, processed = webui.run(tome=tome_args(True, preset=choice.name), enable_hr=True, steps=2, sampler=sampler)
         assert {r.config for r in p.sampler.records} == {
             preset(choice.name, family),

@@ -259,11 +259,12 @@ def test_compiled_model_runs_tome_merged(options: tuple[str, ...], hires: bool) 
     hooks in them, and the images are the eager merged ones (the hires pass seen from the UNet's calls). A second
     generation compiles nothing; one without ToMe gives the compiled images without ToMe again.
 
-    The wrapper runs the first pass only: its dynamic shapes trace slowly, and the hires pass is the same path."""
-    eager, _ = sdnext.SDNextWebUI(sdnext.build_pipeline("diffusers_sd1", seed=0)).run(
+    The wrapper runs the first pass only: its dynamic shapes trace slowly, and the hires pass is the same path.
+    FIRST merges at level 1 only, so a two-level UNet shows it all and traces in half the time."""
+    eager, _ = sdnext.SDNextWebUI(sdnext.build_pipeline("diffusers_sd1_small", seed=0)).run(
         tome=custom_args(), enable_hr=hires, steps=2
     )
-    pipe = sdnext.build_pipeline("diffusers_sd1", seed=0)
+    pipe = sdnext.build_pipeline("diffusers_sd1_small", seed=0)
     graphs = harness.GraphCounter()
     sdnext.compile_torch(pipe, graphs, options)
     webui = sdnext.SDNextWebUI(pipe)

@@ -118,9 +118,13 @@ def note(is_img2img: bool = False, **values: Any) -> str:
 
 
 def test_cap_note_for_custom_settings() -> None:
-    assert "tome-capped" not in note(ratio=0.5, sx=2, sy=2)
-    text = note(ratio=0.9, sx=2, sy=2, hr_mode="own", hr_preset="custom", hr_ratio=0.9, hr_sx=4, hr_sy=4)
-    assert "tome-capped" in text and "cap the ratio at 0.75" in text and "Hires pass: merging 0.90" in text
+    assert "tome-invalid" not in note(ratio=0.5, sx=2, sy=2)
+    text = note(ratio=0.75, sx=2, sy=2, hr_mode="own", hr_preset="custom", hr_ratio=0.9, hr_sx=4, hr_sy=4)
+    assert "merging 0.75 of the tokens" in text and "Hires pass: merging 0.90" in text
+    # a ratio the strides cannot reach is refused, as everywhere: the note shows the core's message as an error
+    refused = note(ratio=0.9, sx=2, sy=2)
+    assert "tome-invalid" in refused and "invalid settings: " in refused and "at most 1 - 1/(sx*sy) = 0.75" in refused
+    assert "tome-invalid" in note(hr_mode="own", hr_preset="custom", hr_ratio=0.5, hr_sx=1, hr_sy=1)
     assert "Hires pass: no merging" in note(hr_mode="off")
     assert "Hires pass" not in note(hr_mode="same") and "Hires pass" not in note(True, ratio=0.3)
     assert "invalid settings: sx must be an integer in [1, 8], got &#x27;two&#x27;" in note(sx="two")
@@ -128,7 +132,7 @@ def test_cap_note_for_custom_settings() -> None:
     kv = note(mode="kv", ratio=0.9, sx=4, sy=2)
     assert "pooling keys/values over 4\u00d72 cells" in kv and "0.90" not in kv and "tome-capped" not in kv
     assert "Hires pass: pooling keys/values over 2\u00d72" in note(mode="kv", hr_mode="own", hr_preset="custom")
-    assert "no merging" in note(True, mode="kv", sx=1, sy=1)
+    assert "nothing to pool" in note(True, mode="kv", sx=1, sy=1)
     assert "tome-token-hint" not in kv  # no page values yet: no token hint
 
 
@@ -166,7 +170,7 @@ def test_note_for_a_preset_speaks_the_users_words(name: str) -> None:
 
 def test_note_for_the_hires_pass_with_presets() -> None:
     own = ui.note_html({"preset": "quality", "hr_mode": "own", "hr_preset": "fastest"}, is_img2img=False)
-    assert f"Hires pass: {preset_hint('fastest')}" in visible_text(own)
+    assert f"Hires pass, Fastest: {preset_hint('fastest')}" in visible_text(own)
     assert tooltip(own) == "\n".join(
         [preset_details("quality"), *(f"Hires pass, {line}" for line in preset_details("fastest").splitlines())]
     )
@@ -174,7 +178,9 @@ def test_note_for_the_hires_pass_with_presets() -> None:
         {"preset": "fast", "hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_max_downsample": "1"},
         is_img2img=False,
     )
-    sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1)
+    # Own max downsample 1 lies below the preset's first merging level (4): the hires pass merges from level 1, with
+    # the hires controls' own strides (2x2 by default).
+    sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1, min_downsample=1, sx=2, sy=2)
     assert f"Hires pass, SDXL: {ui.describe(sdxl)}" in visible_text(custom)
     loaded = ui.note_html({"preset": "fast", "hr_mode": "own", "hr_preset": "custom"}, is_img2img=False, family="sd")
     assert "Hires pass, SD1/SD2: " in visible_text(loaded) and "SDXL" not in visible_text(loaded)
@@ -233,8 +239,13 @@ def test_token_hint_counts_with_tome_core_describe() -> None:
     assert hint(max_downsample="2", mode="kv") == ["4096 \u2192 1024 keys/values at 1/1, 1024 \u2192 256 at 1/2"]
     assert hint(ratio=0.0) == ["no merging"]
     assert hint(True, page={"hires": True}) == hint(True)  # img2img has no Hires fix pass
-    # a preset: each family with its own values, and the hires pass at the WebUI's hires size
-    lines = hint(preset="fast", hr_mode="own", hr_preset="quality", page={"hires": True, "hr_scale": 1.5})
+    # a preset: each family with its own values, and the hires pass at the WebUI's hires size, in the note's tooltip
+    # (a user choosing a preset reads its line; nothing is shown under it)
+    values, page = {"preset": "fast", "hr_mode": "own", "hr_preset": "quality"}, {"hires": True, "hr_scale": 1.5}
+    assert hint(page=page, **values) == []
+    sent = ui.PageValues.from_json(json.dumps({"width": 512, "height": 512, "send": 7, **page}))
+    lines = tooltip(ui.note_html(values, is_img2img=False, page=sent)).splitlines()[-2:]
+    assert lines[0].startswith("Tokens per attention layer (512\u00d7512): SD1/SD2: ")
     for line, size, preset in ((lines[0], (512, 512), "fast"), (lines[1], (768, 768), "quality")):
         for family in FAMILIES:
             config = get_preset(preset).config(family)
@@ -290,10 +301,10 @@ def test_describe() -> None:
     assert ui.describe(TomeConfig(mode="kv", merge_mlp=True, mlp_ratio=0.3)) == (
         "keys/values pooled over 2\u00d72 cells, 0.30 for the MLP, max downsample auto"
     )
-    full = TomeConfig(ratio=0.9, merge_crossattn=True, merge_mlp=True, mlp_ratio=0.4, share_plan=True, step_end=0.8)
+    full = TomeConfig(ratio=0.7, merge_crossattn=True, merge_mlp=True, mlp_ratio=0.4, share_plan=True, step_end=0.8)
     assert ui.describe(full) == (
-        "merging 0.75 of the tokens (self/cross-attention, capped by the strides from 0.90), 0.40 for the MLP,"
-        " strides 2\u00d72, max downsample auto, one plan per stack, steps 0 to 0.8"
+        "merging 0.70 of the tokens (self/cross-attention), 0.40 for the MLP, strides 2\u00d72, max downsample"
+        " auto, one plan per stack, steps 0 to 0.8"
     )
     assert ui.describe(TomeConfig(ratio=0.0)) == "no merging"
 

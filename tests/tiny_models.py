@@ -5,6 +5,8 @@ Kinds:
     ldm_sd2        original LDM `UNetModel` (SD2-like: linear proj_in, num_head_channels)
     diffusers_sd1  diffusers `UNet2DConditionModel` (SD1-like)
     diffusers_sdxl diffusers `UNet2DConditionModel`, no attention at level 1, text_time added conditioning
+    diffusers_sd1_small  two levels of diffusers_sd1 (attention at level 1, the middle block at 2), for
+                   torch.compile tests where tracing time matters and not the layout; not in UNET_KINDS
 
 The SD1/SD2-like ones keep the real layout at a smaller scale: 4 levels, attention at levels 1, 2 and 4 (3
 transformer blocks each with one res block per level) and the middle block's one at level 8. The SDXL-like one
@@ -44,6 +46,7 @@ ATTENTION_LEVELS = {
     "ldm_sd2": (1, 2, 4, 8),
     "diffusers_sd1": (1, 2, 4, 8),
     "diffusers_sdxl": (2, 4),
+    "diffusers_sd1_small": (1, 2),
 }
 
 #: transformer blocks per downsample level, per kind
@@ -52,6 +55,7 @@ BLOCKS_PER_LEVEL = {
     "ldm_sd2": {1: 3, 2: 3, 4: 3, 8: 1},
     "diffusers_sd1": {1: 3, 2: 3, 4: 3, 8: 1},
     "diffusers_sdxl": {2: 3, 4: 8},
+    "diffusers_sd1_small": {1: 3, 2: 1},
 }
 
 
@@ -181,11 +185,35 @@ def build_diffusers_sdxl(seed: int = 0) -> nn.Module:
         return _finish(model)
 
 
+def build_diffusers_sd1_small(seed: int = 0) -> nn.Module:
+    """A two-level SD1-like diffusers UNet: CrossAttn blocks at level 1 only (3 transformer blocks, as in
+    diffusers_sd1) and the middle block's one at level 2. For torch.compile tests where the merge at level 1 is
+    the point and not the layout: dynamo traces it in about half the time of diffusers_sd1."""
+    from diffusers import UNet2DConditionModel
+
+    with _seeded(seed):
+        model = UNet2DConditionModel(
+            sample_size=16,
+            in_channels=LATENT_CHANNELS,
+            out_channels=LATENT_CHANNELS,
+            layers_per_block=1,
+            block_out_channels=(32, 32),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            mid_block_type="UNetMidBlock2DCrossAttn",
+            cross_attention_dim=CONTEXT_DIM,
+            attention_head_dim=4,
+            norm_num_groups=32,
+        )
+        return _finish(model)
+
+
 BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "ldm_sd1": build_ldm_sd1,
     "ldm_sd2": build_ldm_sd2,
     "diffusers_sd1": build_diffusers_sd1,
     "diffusers_sdxl": build_diffusers_sdxl,
+    "diffusers_sd1_small": build_diffusers_sd1_small,  # not in UNET_KINDS: only where a test names it
 }
 
 

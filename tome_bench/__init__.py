@@ -1,7 +1,10 @@
 """The benchmark of tome_core: one UNet step, or whole generations, unpatched vs. ours vs. the alternatives,
 interleaved in one process.
 
-    python -m tome_bench          # CPU: SD1.5 at 512 and 1024 px, ratio 0.5, 3 timed runs (~8 min on 2 cores)
+    python -m tome_bench          # the main job (make bench): every preset on SD1.5 and SDXL, tomesd, the GPU
+                                  # estimate; ~10 min on 2 cores, on the GPU in fp16 where CUDA is available
+    python -m tome_bench --gpu-estimate   # only what each preset is expected to gain on a GPU (no timing)
+    python -m tome_bench --compare        # ours at ratio 0.5 beside tomesd, SD1.5 at 512 and 1024 px
     python -m tome_bench --full   # ratios 0.3/0.5/0.7, 3 timed runs after a warm-up round (default on cuda)
     python -m tome_bench --quick  # smoke test: 256 px, ratio 0.5, 1 timed run
     python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv
@@ -10,9 +13,10 @@ interleaved in one process.
 
 For every architecture and size the per-call mode times one UNet call with batch 2 (cond + uncond, as a sampler
 does) for the unpatched baseline and, at each ratio, `tome_core.apply_patch` with the config under test and
-`tomesd.apply_patch(unet, ratio=r)` with tomesd's defaults; `--steps N` times whole generations of a diffusers
-pipeline instead. The variants run round-robin within each repetition (so clock or thermal drift affects all of
-them alike) after a warm-up round (the CPU default: one untimed baseline call instead); a patch is removed right
+`tomesd.apply_patch(unet, ratio=r)` with tomesd's defaults (the main job: at each preset of
+`tome_core.presets()`); `--steps N` times whole generations of a diffusers pipeline instead. The variants run
+round-robin within each repetition (so clock or thermal drift affects all of them alike) after a warm-up round
+(--compare: one untimed baseline call instead; the main job: an untimed round on the natural latent); a patch is removed right
 after its variant ran and the baseline output is checked to be bitwise identical afterwards. Reported: the
 median time (`--clock wall` or `cpu`), speed-up over baseline, peak memory and the output deviation
 ||out - base|| / ||base||. Writes a markdown report, a JSON file and a plot of speed-up against deviation to --out.
@@ -23,8 +27,10 @@ note or a row saying why.
 
 Modules: `cli` (options and `main`), `options` (the parsed options and result rows every module shares), `run`
 (variants and timing of one call), `generate` (whole generations), `peers`, `report` (tables, plot, reports,
-JSON), `timing` (the timed call and the clocks), `ops` (the aten op counter the core's tests use too) and
-`archs` (the SD1.5/SDXL UNet configs, random weights, checkpoint loading, inputs).
+JSON), `timing` (the timed call and the clocks), `progress` (the lines with the time left), `gpu_estimate` (the
+meta-device trace and GPU cost model) and `gpu_table` (its table beside the CPU figures), `ops` (the aten op
+counter the core's tests use too) and `archs` (the SD1.5/SDXL UNet configs, random weights, checkpoint loading,
+inputs).
 
 This package is not part of the library: `import tome_core` never loads it, nor does the extension. Importing
 `tome_bench` itself loads nothing but this file, so that `tome_bench.ops` and `tome_bench.archs` come without

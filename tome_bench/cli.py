@@ -1,5 +1,6 @@
-"""Command line of the benchmark: the options, the matrices of both modes, and `main` (the per-call mode; the
-whole-generation mode, `--steps N`, runs `generate.main`)."""
+"""Command line of the benchmark: the options, the main job and the matrices of both modes, and `main` (the
+per-call mode; the whole-generation mode, `--steps N`, runs `generate.main`; `--gpu-estimate` prints the GPU
+estimate alone)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from typing import Any
 import torch
 
 import tome_core
-from tome_bench import archs, compiled, peers, report, run
+from tome_bench import archs, compiled, gpu_estimate, gpu_table, peers, report, run
 from tome_bench.options import CLOCK_NAMES, LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row, steps_at_strength
+from tome_bench.progress import Progress, call_flops, clock_text
 from tome_core import FieldSpec, TomeConfig, field_spec, field_specs
 
 VARIANTS = ("baseline", "ours", "tomesd")
@@ -45,17 +47,71 @@ class Matrix:
         return f"sizes {self.sizes} px, {ratios} {self.ratios}, {repeats} {warmup}"
 
 
+@dataclass(frozen=True)
+class MainJob:
+    """The main job's sizes per architecture and timed runs on one kind of device (see `MAIN_JOB`)."""
+
+    sizes: Mapping[str, str]
+    repeats: int
+
+    def describe(self) -> str:
+        """'SD1.5 at 512 px and SDXL at 640 px, 3 timed runs'."""
+        parts = [
+            f"{archs.get_arch(name).label} at {sizes.replace(',', ' and ')} px" for name, sizes in self.sizes.items()
+        ]
+        return f"{' and '.join(parts)}, {self.repeats} timed runs"
+
+
+#: The main job, `python -m tome_bench` (`make bench`) with no option that picks variants or a matrix
+#: (`COMPARISON_OPTIONS`): SD1.5 and SDXL with random weights, the unpatched UNet, every preset of
+#: `tome_core.presets()` and tomesd at its defaults (ratio 0.5, max_downsample 1: on SDXL it merges nothing and is
+#: not timed), one UNet call (batch 2) per variant and round: an untimed round on the natural start latent (its
+#: deviation, and every variant's first call), then four timed rounds on white noise; the GPU estimate beside it.
+#: On a CPU SD1.5 at 512 px and SDXL at 640 px (the size of the presets' SDXL figures): about 10 minutes on 2 idle
+#: cores (a quiet round took 33 s and 77 s: docs/benchmarks.md).
+MAIN_JOB = MainJob(sizes={"sd15": "512", "sdxl": "640"}, repeats=4)
+#: The main job on CUDA (fp16): the sizes people generate at on a GPU, the ones the estimate covers, and more timed
+#: rounds, as a GPU call takes milliseconds and varies more from call to call.
+MAIN_JOB_CUDA = MainJob(sizes={"sd15": "512,1024", "sdxl": "1024"}, repeats=20)
+#: The main job's start latents (noise timed, natural first and untimed), variants beside the presets, and ratio
+#: (tomesd's default).
+MAIN_LATENTS = "noise,natural"
+MAIN_VARIANTS = ("baseline", "tomesd")
+MAIN_RATIOS = "0.5"
+#: Options that pick variants or a matrix: with any of them a run is the comparison they describe (the rest from
+#: `COMPARE_MATRIX`, or `FULL_MATRIX` on cuda), not the main job.
+COMPARISON_OPTIONS = ("--compare", "--full", "--quick", "--ratios", "--variants", "--set", "--ours", "--steps")
+#: A first guess of the seconds building a UNet with random weights takes per parameter (the progress display's,
+#: corrected by the first build).
+BUILD_S_PER_PARAM = 1.5e-8
+
+
 def _defaults(name: str) -> str:
-    """'default X on cpu, Y on cuda and with --full, Z with --quick' for one field of the matrices."""
-    cpu, full, quick = (getattr(m, name) for m in (DEFAULT_MATRIX, FULL_MATRIX, QUICK_MATRIX))
-    return f"default {cpu} on cpu, {full} on cuda and with --full, {quick} with --quick"
+    """'default X in the main job, Y with --compare, ...' for one field of the matrices."""
+    compare, full, quick = (getattr(m, name) for m in (COMPARE_MATRIX, FULL_MATRIX, QUICK_MATRIX))
+    main = {
+        "sizes": f"{_sizes_text(MAIN_JOB)} (cuda: {_sizes_text(MAIN_JOB_CUDA)})",
+        "ratios": f"{MAIN_RATIOS} for tomesd",
+        "repeats": f"{MAIN_JOB.repeats} (cuda: {MAIN_JOB_CUDA.repeats})",
+        "warmup": "0",
+    }[name]
+    return (
+        f"default {main} in the main job; with an option that picks variants {compare} on cpu (as --compare),"
+        f" {full} on cuda and with --full, {quick} with --quick"
+    )
 
 
-#: The default on CPU: baseline, ours and tomesd side by side at 512 and 1024 px, one ratio, the median of three
-#: timed runs after one untimed baseline call (about 8 minutes on 2 cores).
-DEFAULT_MATRIX = Matrix(sizes="512,1024", ratios="0.5", repeats=3, warmup=0)
-#: --full, and the default on CUDA: three ratios, a warm-up round of every variant, three timed runs
-#: (2.8 times the UNet calls of the default: 20-25 minutes on 2 CPU cores).
+def _sizes_text(job: MainJob) -> str:
+    """'sd15:512,sdxl:640', as --sizes takes it."""
+    return ",".join(f"{name}:{size}" for name, sizes in job.sizes.items() for size in sizes.split(","))
+
+
+#: --compare, and any run with an option that picks variants on CPU: baseline, ours and tomesd side by side at 512
+#: and 1024 px, one ratio, the median of three timed runs after one untimed baseline call (the default before the
+#: main job; about 8 minutes on 2 idle cores).
+COMPARE_MATRIX = Matrix(sizes="512,1024", ratios="0.5", repeats=3, warmup=0)
+#: --full, and the comparison's matrix on CUDA: three ratios, a warm-up round of every variant, three timed runs
+#: (2.8 times the UNet calls of --compare: 20-25 minutes on 2 CPU cores).
 FULL_MATRIX = Matrix(sizes="512,1024", ratios="0.3,0.5,0.7", repeats=3, warmup=1)
 #: --quick: a smoke test of the whole pipeline.
 QUICK_MATRIX = Matrix(sizes="256", ratios="0.5", repeats=1, warmup=1)
@@ -188,8 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tome_bench",
         description="Time one Stable Diffusion UNet step (batch 2) unpatched, with tome_core and with tomesd."
-        f" Default matrix on cpu: {DEFAULT_MATRIX.describe()} (about 8 minutes on 2 cores); on cuda, and on"
-        f" cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios, --repeats and --warmup override the matrix."
+        f" Without an option that picks variants or a matrix ({', '.join(COMPARISON_OPTIONS)}) it runs the main"
+        " job (make bench): SD1.5 and SDXL with random weights, the unpatched UNet, every preset of"
+        " tome_core.presets() and tomesd at its defaults, speed-up and deviation (an untimed round on the natural"
+        " start latent first, then the timed rounds on noise), the results table, the plot and the GPU estimate"
+        f" beside them, into --out. On cpu: {MAIN_JOB.describe()} of every variant, about 10 minutes on 2 idle cores;"
+        f" on a machine with CUDA it runs there in fp16 (--device cpu: on the CPU): {MAIN_JOB_CUDA.describe()}."
+        " --arch, --sizes (ARCH:SIZE for one architecture), --presets, --repeats, --latents, --device adjust it."
+        f" With an option that picks variants: cpu matrix (--compare) {COMPARE_MATRIX.describe()} (about 8"
+        f" minutes on 2 cores); on cuda, and on cpu with --full: {FULL_MATRIX.describe()}. --sizes, --ratios,"
+        " --repeats and --warmup override the matrix."
         " With --steps N: whole generations of a diffusers pipeline instead of one call, side by side with --peers;"
         f" matrix {GEN_MATRIX.describe(generation=True)} (--full: {GEN_FULL_MATRIX.describe(generation=True)};"
         f" --quick: {GEN_QUICK_MATRIX.describe(generation=True)}).",
@@ -197,15 +261,26 @@ def build_parser() -> argparse.ArgumentParser:
         f" tomesd: {GPU_COMMAND}; whole generations: {GPU_GEN_COMMAND}."
         f" Whole-generation comparison (make bench-gen): {GEN_COMMANDS[0]}; {GEN_COMMANDS[1]}",
     )
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="default: cuda in the main job where torch.cuda.is_available() (and --clock is not cpu), else cpu",
+    )
     p.add_argument("--dtype", choices=tuple(archs.DTYPES), default=None, help="default: fp32 on cpu, fp16 on cuda")
     p.add_argument(
         "--arch",
-        default="sd15",
+        default=None,
         metavar="ARCH[,ARCH...]",
-        help="sd15 or sdxl, or a comma-separated list such as sd15,sdxl run one after the other (default sd15)",
+        help="sd15 or sdxl, or a comma-separated list such as sd15,sdxl run one after the other (default sd15,sdxl in"
+        " the main job, sd15 with an option that picks variants)",
     )
-    p.add_argument("--sizes", default=None, help=f"image sizes in px, W or WxH, comma-separated ({_defaults('sizes')})")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="image sizes in px, W or WxH, comma-separated; ARCH:W[xH] for one architecture only, e.g."
+        f" sd15:768,sdxl:1024 ({_defaults('sizes')})",
+    )
     p.add_argument("--ratios", default=None, help=f"merge ratios, comma-separated ({_defaults('ratios')})")
     p.add_argument("--repeats", type=int, default=None, help=f"timed runs per variant ({_defaults('repeats')})")
     p.add_argument(
@@ -213,15 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help=f"untimed warm-up rounds of every variant before the timed ones ({_defaults('warmup')}); 0 still"
-        " makes one untimed baseline call first",
+        " makes one untimed baseline call first (in the main job, with a second start latent: its untimed round)",
     )
     p.add_argument("--checkpoint", default=None, help="real UNet weights: .safetensors, diffusers or single-file SD")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help="comma-separated subset of baseline,ours,tomesd (the baseline always runs: it is the reference)",
+        default=None,
+        help="comma-separated subset of baseline,ours,tomesd (the baseline always runs: it is the reference; default"
+        f" all three, in the main job {','.join(MAIN_VARIANTS)} beside the presets)",
     )
     p.add_argument(
         "--set",
@@ -245,7 +321,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME[,NAME...]|all",
         help="ours at each named preset of tome_core.presets() (variants ours:preset=NAME), in both modes; a"
-        " preset fixes its own ratio, so --ratios and --set do not apply to it",
+        " preset fixes its own ratio, so --ratios and --set do not apply to it (default: all in the main job and"
+        " with --gpu-estimate, none otherwise)",
+    )
+    p.add_argument(
+        "--gpu-estimate",
+        action="store_true",
+        help="print only the GPU estimate (what each preset and tomesd are expected to gain per UNet call on a GPU,"
+        " traced on the meta device and priced by tome_bench.gpu_estimate's cost model; no UNet is built or timed,"
+        " about a minute): SD1.5 at 512, 768 and 1024 px and SDXL at 1024 px unless --arch/--sizes say otherwise",
+    )
+    p.add_argument(
+        "--gpu",
+        choices=tuple(gpu_estimate.GPUS),
+        default="h200",
+        help="the GPU the estimate prices the calls on (default h200)",
     )
     p.add_argument(
         "--tomesd-max-downsample",
@@ -337,22 +427,73 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument(
         "--full",
         action="store_true",
-        help=f"the full matrix: {FULL_MATRIX.describe()} (the default on cuda; 20-25 minutes on 2 CPU cores)",
+        help=f"the full matrix: {FULL_MATRIX.describe()} (the comparison's default on cuda; 20-25 minutes on 2 CPU"
+        " cores)",
     )
     matrix.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_MATRIX.describe()}")
+    matrix.add_argument(
+        "--compare",
+        action="store_true",
+        help=f"ours (ratio 0.5) beside tomesd on SD1.5, the default before the main job: {COMPARE_MATRIX.describe()}",
+    )
     return p
 
 
 def pick_matrix(full: bool, quick: bool, device: str, steps: int | None = None) -> Matrix:
-    """--quick, --full, else the default of the device: the full matrix on cuda, the short one on cpu. With
-    --steps the whole-generation matrices, the same on every device."""
+    """The comparison's matrix: --quick, --full, else the default of the device: the full matrix on cuda, the
+    short one (--compare) on cpu. With --steps the whole-generation matrices, the same on every device."""
     if steps is not None:
         return GEN_QUICK_MATRIX if quick else GEN_FULL_MATRIX if full else GEN_MATRIX
     if quick:
         return QUICK_MATRIX
     if full or device == "cuda":
         return FULL_MATRIX
-    return DEFAULT_MATRIX
+    return COMPARE_MATRIX
+
+
+def is_comparison(a: argparse.Namespace) -> bool:
+    """Whether an option of `COMPARISON_OPTIONS` was given: the run is the comparison it picks, not the main job."""
+    return bool(
+        a.compare
+        or a.full
+        or a.quick
+        or a.ratios is not None
+        or a.variants is not None
+        or a.sets
+        or a.extra_ours
+        or a.steps is not None
+    )
+
+
+def parse_sizes(
+    text: str | None, arch_names: Sequence[str], defaults: Mapping[str, str]
+) -> dict[str, list[tuple[int, int]]]:
+    """--sizes -> the sizes (height, width) of every architecture: 'W[xH]' items for all of them, 'ARCH:W[xH]' for
+    one (its own items replace the others for it); an architecture that --sizes does not reach keeps its default
+    from `defaults`."""
+    per_arch = {name: _csv(defaults[name], _size, "size") for name in arch_names}
+    if text is None:
+        return per_arch
+    plain: list[tuple[int, int]] = []
+    named: dict[str, list[tuple[int, int]]] = {}
+    for part in (item.strip() for item in text.split(",")):
+        if not part:
+            continue
+        name, sep, size = part.rpartition(":")
+        if sep and name not in arch_names:
+            raise ValueError(f"--sizes {part!r}: {name!r} is not one of --arch ({', '.join(arch_names)})")
+        try:
+            parsed = _size(size)
+        except ValueError as exc:
+            raise ValueError(f"bad size list {text!r}: {exc}") from None
+        target = named.setdefault(name, []) if sep else plain
+        if parsed not in target:
+            target.append(parsed)
+    if not plain and not named:
+        raise ValueError("empty size list")
+    for name in arch_names:
+        per_arch[name] = named.get(name) or plain or per_arch[name]
+    return per_arch
 
 
 def _names(text: str, known: Sequence[str], option: str) -> list[str]:
@@ -393,8 +534,23 @@ def parse_strength(strength: float | None, steps: int | None) -> float:
 def parse_options(argv: Sequence[str]) -> Options:
     parser = build_parser()
     a = parser.parse_args(argv)
+    comparison = is_comparison(a)
+    main_job = not comparison and not a.gpu_estimate
+    device, device_note = a.device, None
+    if device is None:
+        # The main job runs where a user's images are made; a comparison stays on the device it is told (the
+        # tests' in-process runs among them), and --clock cpu times the CPU only.
+        device = "cuda" if main_job and a.clock != "cpu" and torch.cuda.is_available() else "cpu"
+        if device == "cuda":
+            device_note = "CUDA is available: the main job runs on the GPU in fp16 (--device cpu times the CPU instead)"
     try:
-        arches = [archs.get_arch(name.strip()) for name in a.arch.split(",") if name.strip()]
+        if a.gpu_estimate and comparison:
+            raise ValueError(
+                "--gpu-estimate estimates the presets and tomesd; it takes --arch, --sizes, --presets, --gpu and"
+                f" --tomesd-max-downsample, not {', '.join(COMPARISON_OPTIONS)}"
+            )
+        arch_text = a.arch or ("sd15" if comparison else ",".join(MAIN_JOB.sizes))
+        arches = [archs.get_arch(name.strip()) for name in arch_text.split(",") if name.strip()]
         if not arches:
             raise ValueError("--arch is empty")
         if a.steps is not None and a.steps < 1:
@@ -405,25 +561,46 @@ def parse_options(argv: Sequence[str]) -> Options:
                     f"{name} needs --steps N (whole generations); the per-call mode times one UNet call"
                     + (" against tomesd (--variants)" if name == "--peers" else "")
                 )
-        matrix = pick_matrix(a.full, a.quick, a.device, a.steps)
-        sizes = _csv(a.sizes or matrix.sizes, _size, "size")
-        ratios = _csv(a.ratios or matrix.ratios, _ratio, "ratio")
-        repeats = a.repeats if a.repeats is not None else matrix.repeats
-        warmup = a.warmup if a.warmup is not None else matrix.warmup
+        names = [spec.name for spec in arches]
+        if comparison:
+            matrix = pick_matrix(a.full, a.quick, device, a.steps)
+            size_defaults = {name: matrix.sizes for name in names}
+            ratios_text, default_repeats, default_warmup = matrix.ratios, matrix.repeats, matrix.warmup
+        else:
+            job = MAIN_JOB_CUDA if device == "cuda" else MAIN_JOB
+            size_defaults = {spec.name: job.sizes.get(spec.name, str(spec.native_size)) for spec in arches}
+            ratios_text, default_repeats, default_warmup = MAIN_RATIOS, job.repeats, 0
+        arch_sizes = parse_sizes(a.sizes, names, size_defaults)
+        sizes = list(dict.fromkeys(size for name in names for size in arch_sizes[name]))
+        ratios = _csv(a.ratios or ratios_text, _ratio, "ratio")
+        repeats = a.repeats if a.repeats is not None else default_repeats
+        warmup = a.warmup if a.warmup is not None else default_warmup
         if a.compile is not None:
             # Untimed: the call that compiles, and under CUDA graphs the one that records the graph.
             warmup = max(warmup, 2 if a.compile in compiled.CUDAGRAPH_MODES else 1)
         if repeats < 1:
             raise ValueError(f"--repeats must be at least 1, got {repeats}")
-        variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+        variants_text = a.variants or (",".join(VARIANTS) if comparison else ",".join(MAIN_VARIANTS))
+        variants = [v.strip() for v in variants_text.split(",") if v.strip()]
         bad = [v for v in variants if v not in VARIANTS]
         if bad:
             raise ValueError(f"--variants: unknown {', '.join(map(repr, bad))}; choose from {', '.join(VARIANTS)}")
         variants = [v for v in VARIANTS if v in variants or v == "baseline"]
         ours_fields = parse_sets(a.sets)
         extra_ours = [parse_extra_ours(item, ours_fields) for item in a.extra_ours]
-        presets = parse_presets(a.presets)
-        latents = _names(a.latents or ("noise,natural" if a.steps else "noise"), LATENT_KINDS, "--latents")
+        presets = parse_presets(a.presets or (None if comparison else "all"))
+        default_latents = "noise,natural" if a.steps else "noise" if comparison else MAIN_LATENTS
+        latents = _names(a.latents or default_latents, LATENT_KINDS, "--latents")
+        estimate_sizes: dict[str, list[int]] = {}
+        if a.gpu_estimate:
+            # The grid, or the square sizes asked for: the estimate traces square images.
+            for name in names:
+                asked = arch_sizes[name] if a.sizes is not None else []
+                if any(h != w for h, w in asked):
+                    raise ValueError(f"--gpu-estimate takes square sizes (W, not WxH), got {a.sizes!r}")
+                estimate_sizes[name] = [h for h, _ in asked] or gpu_table.estimate_sizes([name], arch_sizes)[name]
+        elif main_job:
+            estimate_sizes = gpu_table.estimate_sizes(names, arch_sizes)
         peer_names = _names(a.peers, peers.PEER_NAMES, "--peers") if a.peers is not None else []
         if a.guidance is not None and a.guidance < 1.0:
             raise ValueError(f"--guidance must be at least 1 (classifier-free guidance), got {a.guidance:g}")
@@ -439,16 +616,16 @@ def parse_options(argv: Sequence[str]) -> Options:
             raise ValueError(f"--warmup must be at least 0, got {warmup}")
         if a.threads is not None and a.threads < 1:
             raise ValueError(f"--threads must be at least 1, got {a.threads}")
-        if a.device == "cuda" and not torch.cuda.is_available():
+        if device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda: torch.cuda.is_available() is False")
-        if a.clock == "cpu" and a.device == "cuda":
+        if a.clock == "cpu" and device == "cuda":
             raise ValueError("--clock cpu times the CPU only; on cuda the GPU's work is not CPU time: use --clock wall")
         strength = parse_strength(a.strength, a.steps)
     except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
         parser.error(str(exc))
-    dtype_name = a.dtype or ("fp16" if a.device == "cuda" else "fp32")
+    dtype_name = a.dtype or ("fp16" if device == "cuda" else "fp32")
     return Options(
-        device=torch.device(a.device),
+        device=torch.device(device),
         dtype=archs.as_dtype(dtype_name),
         dtype_name=dtype_name,
         arches=arches,
@@ -477,6 +654,12 @@ def parse_options(argv: Sequence[str]) -> Options:
         compile_mode=a.compile,
         lock=Path(a.lock) if a.lock else None,
         lock_after=a.lock_after,
+        arch_sizes=arch_sizes,
+        main_job=main_job,
+        estimate_sizes=estimate_sizes,
+        gpu=a.gpu,
+        estimate_only=a.gpu_estimate,
+        device_note=device_note,
     )
 
 
@@ -484,74 +667,209 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and run the per-call benchmark, or the whole-generation one with --steps."""
+    """Parse the command line and run the per-call benchmark (the main job by default), the whole-generation one
+    with --steps, or only the GPU estimate with --gpu-estimate."""
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse_options(argv)
     if opts.steps is not None:
         from tome_bench import generate  # imports diffusers' pipelines (and transformers) only when needed
 
         return generate.main(opts, argv)
+    if opts.estimate_only:
+        return main_estimate(opts)
     return main_call(opts, argv)
 
 
-def main_call(opts: Options, argv: Sequence[str]) -> int:
-    """The per-call mode: one UNet step per variant; writes bench.md, bench.json and bench.png."""
-    from tqdm import tqdm
+def _load_tomesd(opts: Options, notes: list[str]) -> tuple[Any | None, str | None]:
+    """(tomesd, its version) when the run has a tomesd variant and it is installed; else (None, None) and a note."""
+    if "tomesd" not in opts.variants:
+        return None, None
+    tomesd, msg = run.load_tomesd()
+    if tomesd is None:
+        print(msg, file=sys.stderr)
+        notes.append(msg)
+        return None, None
+    return tomesd, msg
 
+
+def _idle_tomesd(opts: Options, unet: torch.nn.Module, tomesd: Any | None) -> str | None:
+    """The label of the tomesd variant the main job and the estimate leave out on `unet` (it merges nothing)."""
+    if tomesd is None or not (opts.main_job or opts.estimate_only) or not run.tomesd_merges_nothing(opts, unet):
+        return None
+    return ", ".join(f"tomesd r={r:g}" for r in opts.ratios)
+
+
+def _idle_note(arch: str, opts: Options) -> str:
+    return (
+        f"{arch}: tomesd at max_downsample={opts.tomesd_max_downsample} merges nothing on this architecture (no"
+        " attention block at that level; SDXL has none at full resolution): its output would be the baseline's, so"
+        " it is not timed or estimated (--tomesd-max-downsample auto runs it at the first level with attention)"
+    )
+
+
+def _plan_estimate(opts: Options, tomesd: Any | None, progress: Progress, trace_s: dict[str, float]) -> None:
+    """The GPU estimate's tasks, guessed from one trace of each architecture."""
+    for name, sizes in opts.estimate_sizes.items():
+        if name not in trace_s:
+            _, trace_s[name] = call_flops(name, (sizes[0], sizes[0]))
+        variants = gpu_table.variants_of(opts, gpu_estimate.meta_unet(name), tomesd)
+        for size in sizes:
+            guess = gpu_table.traces_per_size(len(variants)) * trace_s[name]
+            progress.plan_task(f"estimate {name} {size}", "estimate", guess)
+
+
+def _run_estimate(
+    opts: Options, tomesd: Any | None, progress: Progress
+) -> tuple[list[gpu_estimate.EstimateRow], list[str]]:
+    """The estimate rows of every architecture and size of `opts.estimate_sizes`, and the variants in order."""
+    rows: list[gpu_estimate.EstimateRow] = []
+    order: list[str] = []
+    label = gpu_estimate.GPUS[opts.gpu].name
+    for name, sizes in opts.estimate_sizes.items():
+        for size in sizes:
+            what = f"GPU estimate: {name} {size} px on the {label}, traced on the meta device"
+            with progress.task(f"estimate {name} {size}", what):
+                size_rows, names = gpu_table.estimate(opts, name, size, tomesd)
+            rows += size_rows
+            order += names
+    return rows, list(dict.fromkeys(order))
+
+
+def _idle_map(opts: Options, tomesd: Any | None, names: Sequence[str]) -> dict[str, str]:
+    idle: dict[str, str] = {}
+    for name in names:
+        label = _idle_tomesd(opts, gpu_estimate.meta_unet(name), tomesd)
+        if label is not None:
+            idle[name] = label
+    return idle
+
+
+def main_estimate(opts: Options) -> int:
+    """--gpu-estimate: the estimate's table alone, printed; nothing built or timed, no file written."""
+    notes: list[str] = []
+    tomesd, _ = _load_tomesd(opts, notes)
+    progress = Progress()
+    _plan_estimate(opts, tomesd, progress, {})
+    rows, order = _run_estimate(opts, tomesd, progress)
+    idle = _idle_map(opts, tomesd, list(opts.estimate_sizes))
+    print(f"## What to expect on a GPU (estimated, not measured: {gpu_estimate.GPUS[opts.gpu].name}, fp16)")
+    print()
+    print(gpu_table.format_table(rows, order, idle=idle))
+    print()
+    print(gpu_table.explanation(opts.gpu))
+    for arch in idle:
+        print(f"note: {_idle_note(arch, opts)}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def main_job_header(opts: Options, tomesd: Any | None) -> str:
+    """What the main job is about to do, where, and where it writes."""
+    where = f"{opts.device.type} in {opts.dtype_name}"
+    if opts.device.type == "cuda":
+        where += f" on the {torch.cuda.get_device_name(opts.device)}"
+    else:
+        threads = torch.get_num_threads()
+        where += f", {threads} torch thread{'s' if threads > 1 else ''}"
+    sizes = "; ".join(
+        f"{spec.label} at {', '.join(run.size_label(s) for s in opts.sizes_of(spec.name))} px" for spec in opts.arches
+    )
+    presets = ", ".join(gpu_table.display_name(run.preset_variant_name(n)) for n in opts.presets) or "no preset"
+    peers_text = f" and tomesd {', '.join(f'r={r:g}' for r in opts.ratios)} at its defaults" if tomesd else ""
+    extra = [k for k in opts.latents[1:]]
+    rounds = (
+        f"an untimed round on the {' and '.join(extra)} start latent, then {opts.repeats} timed on {opts.latents[0]}"
+        if run.extra_latents_first(opts)
+        else f"{opts.repeats} timed rounds"
+    )
+    lines = [
+        f"The main job: {sizes}; the unpatched UNet, the presets {presets}{peers_text}; one UNet call (batch 2) per"
+        f" variant and round: {rounds}; then the GPU estimate. On {where}. Output: {opts.out}/",
+    ]
+    if opts.device_note:
+        lines.append(opts.device_note)
+    return "\n".join(lines)
+
+
+def main_call(opts: Options, argv: Sequence[str]) -> int:
+    """The per-call mode: one UNet step per variant; writes bench.md, bench.json and bench.png (and in the main job
+    the GPU estimate beside them)."""
     started = time.perf_counter()
     if opts.threads is not None:
         torch.set_num_threads(opts.threads)
     notes: list[str] = []
-    tomesd = None
-    tomesd_version: str | None = None
-    if "tomesd" in opts.variants:
-        tomesd, msg = run.load_tomesd()
-        if tomesd is None:
-            print(msg, file=sys.stderr)
-            notes.append(msg)
-        else:
-            tomesd_version = msg
+    tomesd, tomesd_version = _load_tomesd(opts, notes)
     info = report.machine_info(opts, tomesd_version)
-    per_ratio = ("ours" in opts.variants) + len(opts.extra_ours) + ("tomesd" in opts.variants and tomesd is not None)
-    variants_per_size = 1 + len(opts.ratios) * per_ratio + len(opts.presets)
-    if opts.compile_mode:  # a compiled twin of each, tomesd aside
-        variants_per_size += variants_per_size - len(opts.ratios) * ("tomesd" in opts.variants and tomesd is not None)
-    runs_per_size = (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants_per_size
+    if opts.main_job:
+        print(main_job_header(opts, tomesd), flush=True)
+    progress = Progress()
+    # The plan, for the progress display's estimate of the time left: per architecture its build, its calls per
+    # size (weighted by the unpatched call's FLOPs) and, in the main job, the GPU estimate's traces.
+    trace_s: dict[str, float] = {}
+    idle: dict[str, str] = {}
+    for spec in opts.arches:
+        meta = gpu_estimate.meta_unet(spec.name)
+        params = sum(p.numel() for p in meta.parameters())
+        progress.plan_task(f"build {spec.name}", "build", params * BUILD_S_PER_PARAM)
+        variants = len(run.run_variants(opts, meta, tomesd))
+        label = _idle_tomesd(opts, meta, tomesd)
+        if label is not None:
+            idle[spec.name] = label
+            notes.append(_idle_note(spec.name, opts))
+        if not opts.main_job:
+            ops_at = _ops_size(opts, spec.name)[1]
+            flops, trace_s[spec.name] = call_flops(spec.name, ops_at)
+            progress.plan_calls(f"ops {spec.name}", 1 + 2 * len(run.make_variants(opts, meta, tomesd)[1:]), flops)
+        for size in opts.sizes_of(spec.name):
+            flops, trace_s[spec.name] = call_flops(spec.name, size)
+            progress.plan_calls(f"{spec.name} {size}", run.calls_per_size(opts, variants), flops)
+            progress.plan_task(f"overhead {spec.name} {size}", "overhead", 1.0)
+    _plan_estimate(opts, tomesd, progress, trace_s)
+    progress.say(f"{progress.total_calls} UNet calls planned; {progress.status()}")
+
     rows: list[Row] = []
     overhead: list[OverheadRow] = []
     checks: list[tuple[bool, str]] = []
-    with tqdm(total=runs_per_size * len(opts.sizes) * len(opts.arches), unit="step", file=sys.stderr) as progress:
-        for spec in opts.arches:
-            progress.set_postfix_str(f"building {spec.name}")
+    for spec in opts.arches:
+        weights = f"{opts.checkpoint}" if opts.checkpoint else "random weights"
+        with progress.task(f"build {spec.name}", f"{spec.name}: building the UNet ({weights}, {opts.dtype_name})"):
             unet = archs.build_unet(spec, opts.dtype, opts.device, opts.seed)
             if opts.checkpoint:
-                progress.set_postfix_str(f"loading {opts.checkpoint}")
                 archs.load_checkpoint(unet, opts.checkpoint, spec)
-            processors = {type(p).__name__ for p in unet.attn_processors.values()}
-            if processors != {"AttnProcessor2_0"}:
-                notes.append(f"{spec.name}: attention processors are {sorted(processors)}, not AttnProcessor2_0")
-            # Operations per merged block, once per architecture: they depend on which blocks merge, not on the size,
-            # so they are counted at the smallest size or OPS_SIZE px, whichever is smaller (calls at 1024 px cost
-            # minutes on a CPU), and shown with the smallest size's rows.
-            ops_size = min(opts.sizes, key=lambda s: s[0] * s[1])
-            ops_at = min(ops_size, (OPS_SIZE, OPS_SIZE), key=lambda s: s[0] * s[1])
-            progress.set_postfix_str(f"{spec.name} {ops_at[1]}px counting operations")
+        processors = {type(p).__name__ for p in unet.attn_processors.values()}
+        if processors != {"AttnProcessor2_0"}:
+            notes.append(f"{spec.name}: attention processors are {sorted(processors)}, not AttnProcessor2_0")
+        block_ops: dict[str, dict[str, float]] = {}
+        ops_size, ops_at = _ops_size(opts, spec.name)
+        if not opts.main_job:
+            # Operations per merged block, once per architecture: they depend on which blocks merge, not on the
+            # size. The main job leaves them out: the GPU estimate's operations added per call say more, and the
+            # count costs calls.
+            progress.group(f"ops {spec.name}")
+            progress.set_postfix_str(f"{spec.name} {run.size_label(ops_at)}px counting operations per merged block")
             block_ops = run.bench_ops(opts, unet, spec, ops_at, tomesd)
+            progress.update(progress.groups[f"ops {spec.name}"].calls)
             if ops_at != ops_size:
-                notes.append(f"{spec.name}: operations per merged block counted at {ops_at[1]}x{ops_at[0]} px")
-            for size in opts.sizes:
-                progress.set_postfix_str(f"{spec.name} {size[1]}px merge overhead")
+                notes.append(
+                    f"{spec.name}: operations per merged block counted at {run.size_label(ops_at)} px (calls at the"
+                    " largest sizes cost minutes on a CPU), shown with the smallest size's rows"
+                )
+        for size in opts.sizes_of(spec.name):
+            label = run.size_label(size)
+            with progress.task(f"overhead {spec.name} {size}", f"{spec.name} {label}px merge overhead per block"):
                 overhead += run.bench_overhead(opts, unet, spec, size, tomesd)
-                size_rows = run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
-                if size == ops_size:
-                    for r in size_rows:
-                        label = r.variant if r.ratio is None else f"{r.variant} r={r.ratio:g}"
-                        r.ops_per_block = block_ops.get(label)
-                rows += size_rows
-            del unet
-            gc.collect()
-            if opts.device.type == "cuda":
-                torch.cuda.empty_cache()
+            progress.group(f"{spec.name} {size}")
+            size_rows = run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
+            if size == ops_size:
+                for r in size_rows:
+                    r.ops_per_block = block_ops.get(r.variant if r.ratio is None else f"{r.variant} r={r.ratio:g}")
+            rows += size_rows
+        del unet
+        gc.collect()
+        if opts.device.type == "cuda":
+            torch.cuda.empty_cache()
+    estimate_rows, estimate_order = _run_estimate(opts, tomesd, progress) if opts.estimate_sizes else ([], [])
 
     for r in rows:
         if not r.variant.startswith("baseline") and r.error is None and r.deviation == 0.0:
@@ -568,14 +886,29 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
             )
     checks += compiled.checks(rows)
     notes += report.clock_notes(opts)
+    gpu_section: list[str] = []
+    if estimate_rows:
+        measured_on = f"{opts.device.type} {opts.dtype_name}"
+        table = gpu_table.format_table(estimate_rows, estimate_order, measured=rows, measured_on=measured_on, idle=idle)
+        gpu_section = [
+            f"## What to expect on a GPU (estimated, not measured: {gpu_estimate.GPUS[opts.gpu].name}, fp16)",
+            "",
+            f"Speed-up per UNet call: measured here ({measured_on}) beside the estimate for a GPU.",
+            "",
+            table,
+            "",
+            gpu_table.explanation(opts.gpu),
+        ]
     wall = time.perf_counter() - started
     table = report.format_table(rows, opts.device, opts.latents)
     warning = report.spread_line(rows)
     opts.out.mkdir(parents=True, exist_ok=True)
-    markdown = report.write_report(opts, argv, rows, checks, notes, info, wall, overhead)
+    markdown = report.write_report(opts, argv, rows, checks, notes, info, wall, overhead, sections=gpu_section)
     paths = [opts.out / "bench.md", opts.out / "bench.json", opts.plot or opts.out / "bench.png"]
     paths[0].write_text(markdown)
-    extra = {"merge_overhead": [r.__dict__ for r in overhead]}
+    extra: dict[str, Any] = {"merge_overhead": [r.__dict__ for r in overhead]}
+    if estimate_rows:
+        extra["gpu_estimate"] = gpu_table.payload(estimate_rows, opts.gpu)
     data = report.payload(opts, argv, info, rows, checks, notes, warning, wall, mode_keys={}, extra=extra)
     paths[1].write_text(json.dumps(data, indent=2))
     report.write_plot(rows, paths[2], latents=opts.latents)
@@ -588,7 +921,24 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
         print(report.format_ops(rows))
     print()
     print(report.format_overhead(overhead))
+    if gpu_section:
+        print()
+        print("\n".join(gpu_section))
     print()
     report.print_checks_and_notes(checks, notes)
-    print(f"\nwrote {', '.join(map(str, paths))} ({wall:.1f} s)")
+    wall = time.perf_counter() - started
+    if opts.main_job:
+        print(
+            f"\nThe main job took {clock_text(wall)} ({wall:.0f} s). Its report, data and plot are in {opts.out}/:"
+            f" {', '.join(p.name if p.parent == opts.out else str(p) for p in paths)}"
+        )
+    else:
+        print(f"\nwrote {', '.join(map(str, paths))} ({wall:.1f} s)")
     return 0 if all(ok for ok, _ in checks) else 1
+
+
+def _ops_size(opts: Options, arch: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(the smallest size of `arch`, the size its operations per merged block are counted at): the smaller of it
+    and OPS_SIZE px, as calls at 1024 px cost minutes on a CPU."""
+    smallest = min(opts.sizes_of(arch), key=lambda s: s[0] * s[1])
+    return smallest, min(smallest, (OPS_SIZE, OPS_SIZE), key=lambda s: s[0] * s[1])

@@ -613,7 +613,7 @@ def main(opts: Options, argv: Sequence[str]) -> int:
                 progress.set_postfix_str(f"loading {opts.checkpoint}")
                 archs.load_checkpoint(unet, opts.checkpoint, spec)
             pipe = build_pipeline(spec, unet, opts.scheduler, name=opts.checkpoint)
-            for size in opts.sizes:
+            for size in opts.sizes_of(spec.name):
                 rows += bench_generation_size(opts, pipe, spec, size, checks, notes, progress)
             del pipe, unet
             gc.collect()

@@ -76,10 +76,31 @@ class Options:
     lock: Path | None = None
     #: --lock-after: processes sharing --lock that finish their warm-ups before any of them times.
     lock_after: int = 0
+    #: Sizes per architecture name (`--sizes sdxl:640`, the main job's SD1.5 512 px and SDXL 640 px): what
+    #: `sizes_of` gives; an architecture not in it gets `sizes`.
+    arch_sizes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: The main job (`python -m tome_bench` with no option that picks variants or a matrix, `cli.MAIN_JOB`): the
+    #: presets and tomesd beside the unpatched UNet with the GPU estimate in the report; its untimed rounds on the
+    #: further start latents run first, in place of the priming call; it counts no operations per merged block
+    #: (the estimate's operations added per call say more) and skips a tomesd whose max_downsample reaches no
+    #: attention block (its output would be the baseline's).
+    main_job: bool = False
+    #: The GPU estimate (`tome_bench.gpu_table`): architecture name -> square sizes traced; empty: none.
+    estimate_sizes: dict[str, list[int]] = field(default_factory=dict)
+    #: The GPU the estimate prices the calls on (a key of `tome_bench.gpu_estimate.GPUS`).
+    gpu: str = "h200"
+    #: --gpu-estimate: only the estimate's table, nothing built or timed.
+    estimate_only: bool = False
+    #: Why the device is what it is when no --device was given (the main job on a machine with CUDA); None else.
+    device_note: str | None = None
 
     @property
     def mode(self) -> str:
         return "call" if self.steps is None else "generate"
+
+    def sizes_of(self, arch: str) -> list[tuple[int, int]]:
+        """The sizes (height, width) measured for one architecture."""
+        return self.arch_sizes.get(arch, self.sizes)
 
     @property
     def steps_run(self) -> int | None:

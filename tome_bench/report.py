@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tome_bench import compiled
+from tome_bench import compiled, run
 from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread_warning
 from tome_bench.timing import CLOCKS, rss_bytes
 from tome_core import TomeConfig
@@ -327,6 +327,8 @@ def _ours_lines(opts: Options, target: str) -> list[str]:
         + "))`",
         "  full config: " + ", ".join(f"{k}={v!r}" for k, v in cfg.to_dict().items() if k != "ratio"),
     ]
+    if opts.main_job and "ours" not in opts.variants and not opts.extra_ours:
+        lines = []  # the main job runs ours at the presets only
     if opts.presets:
         lines.append(
             f"- presets: `tome_core.apply_patch({target}, preset=NAME)` for {', '.join(opts.presets)}"
@@ -337,7 +339,8 @@ def _ours_lines(opts: Options, target: str) -> list[str]:
 
 def _latent_line(opts: Options) -> str:
     timed = f"{opts.latents[0]} (timed)"
-    more = [f"{k} (one more untimed run per variant)" for k in opts.latents[1:]]
+    when = "an untimed run per variant before the timed ones" if run.extra_latents_first(opts) else None
+    more = [f"{k} ({when or 'one more untimed run per variant'})" for k in opts.latents[1:]]
     return (
         "- start latents: "
         + ", ".join([timed, *more])
@@ -461,20 +464,28 @@ def write_report(
     info: dict[str, str],
     wall: float,
     overhead: Sequence[OverheadRow] = (),
+    sections: Sequence[str] = (),
 ) -> str:
-    """bench.md of the per-call mode."""
+    """bench.md of the per-call mode; `sections`: lines after the results (the main job's GPU estimate)."""
     lines = [
-        "# ToMe benchmark: one UNet step",
+        "# ToMe benchmark: one UNet step" + (", the main job" if opts.main_job else ""),
         "",
-        f"Command: `{command_line(argv)}`",
+        f"Command: `{command_line(argv)}`"
+        + (
+            " (the main job: every preset and tomesd at its defaults beside the unpatched UNet, the GPU estimate"
+            " beside them)"
+            if opts.main_job
+            else ""
+        ),
         "",
         *[f"- {k}: {v}" for k, v in info.items()],
         f"- weights: {opts.checkpoint or f'random (seed {opts.seed})'}; inputs: seeded random (seed {opts.seed}),"
         f" batch 2 (cond + uncond), timestep {opts.timestep}",
         _latent_line(opts),
-        f"- repeats: {opts.repeats} timed runs per variant after "
-        + (f"{opts.warmup} warm-up round(s)" if opts.warmup else "one untimed baseline call (no warm-up round)")
-        + ", variants interleaved round-robin",
+        f"- repeats: {opts.repeats} timed runs per variant after " + _warm_text(opts) + ", variants interleaved"
+        " round-robin",
+        "- sizes: "
+        + "; ".join(f"{s.name} {', '.join(run.size_label(z) for z in opts.sizes_of(s.name))} px" for s in opts.arches),
         _clock_line(opts),
         *_ours_lines(opts, "unet"),
         f"- tomesd: `tomesd.apply_patch(unet, ratio=r, max_downsample={opts.tomesd_max_downsample})`, other arguments"
@@ -489,6 +500,8 @@ def write_report(
         " median of the timed runs. deviation: relative L2 distance of the output from the baseline output on the"
         " same input (first run).",
     ]
+    if sections:
+        lines += ["", *sections]
     if any(r.ops_per_block for r in rows):
         lines += [
             "",
@@ -512,6 +525,15 @@ def write_report(
         *_checks_and_notes(checks, notes),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _warm_text(opts: Options) -> str:
+    """What runs untimed before the timed runs of the per-call mode."""
+    if run.extra_latents_first(opts):
+        return f"one untimed round of every variant on the {' and '.join(opts.latents[1:])} start latent"
+    if opts.warmup:
+        return f"{opts.warmup} warm-up round(s)"
+    return "one untimed baseline call (no warm-up round)"
 
 
 def format_ops(rows: Sequence[Row]) -> str:

@@ -153,11 +153,23 @@ def tomesd_max_downsample(opts: Options, unet: nn.Module) -> int:
     return int(opts.tomesd_max_downsample)
 
 
+def tomesd_merges_nothing(opts: Options, unet: nn.Module) -> bool:
+    """Whether tomesd at --tomesd-max-downsample reaches no transformer block of `unet` (its default 1 on SDXL,
+    which has no attention at full resolution): patched, it computes exactly what the unpatched UNet does."""
+    return tomesd_max_downsample(opts, unet) < _first_attention_level(unet)
+
+
 def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
-    """baseline; at every ratio ours, each --ours configuration and tomesd; then each --presets preset once."""
+    """baseline; at every ratio ours, each --ours configuration and tomesd; then each --presets preset once.
+
+    The main job and the GPU estimate leave out a tomesd that merges nothing (`tomesd_merges_nothing`): on SDXL its
+    calls would time the unpatched UNet again, a minute of a ten-minute job on a CPU; the report says so instead.
+    """
     variants = [Variant("baseline", None, noop, noop)]
     base_cfg = TomeConfig.from_dict(opts.ours_fields)
     tomesd_md = tomesd_max_downsample(opts, unet)
+    if (opts.main_job or opts.estimate_only) and tomesd is not None and tomesd_merges_nothing(opts, unet):
+        tomesd = None
     ours = [("ours", base_cfg)] if "ours" in opts.variants else []
     ours += [(kind, TomeConfig.from_dict(fields)) for kind, fields in opts.extra_ours]
     for r in opts.ratios:
@@ -212,6 +224,28 @@ class SeededGlobalRng:
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
         self.saved = None
+
+
+def run_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
+    """What `bench_size` runs at each size: `make_variants`, and with --compile a compiled twin of each."""
+    variants = make_variants(opts, unet, tomesd)
+    return compiled.twins(variants, compiled_twin) if opts.compile_mode else variants
+
+
+def extra_latents_first(opts: Options) -> bool:
+    """Whether the untimed rounds on the further start latents run before the timed ones, as the warm-up: the main
+    job's way of giving every variant an untimed first call without a priming call of its own."""
+    return opts.main_job and opts.warmup == 0 and len(opts.latents) > 1
+
+
+def primes(opts: Options) -> bool:
+    """Whether `bench_size` makes one untimed unpatched call before its rounds (no warm-up round otherwise)."""
+    return opts.warmup == 0 and not extra_latents_first(opts)
+
+
+def calls_per_size(opts: Options, variants: int) -> int:
+    """UNet calls `bench_size` makes at one size with `variants` variants (the priming call included)."""
+    return (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants + primes(opts)
 
 
 def size_label(size: tuple[int, int]) -> str:
@@ -302,7 +336,8 @@ def bench_size(
     """Time every variant on one UNet call at one size, round-robin; rows in the order of `make_variants`.
 
     The first start latent of --latents is timed; every further one is run once more per variant, untimed,
-    for its deviation.
+    for its deviation (after the timed rounds, or before them in the main job: `extra_latents_first`).
+    `progress` hears of every call: `set_postfix_str` names it before, `update(1)` follows it.
     """
     height, width = size
     label = size_label(size)
@@ -320,10 +355,9 @@ def bench_size(
         )
         for kind in kinds
     }
-    variants = make_variants(opts, unet, tomesd)
+    variants = run_variants(opts, unet, tomesd)
     runner = compiled.Compiled(opts.compile_mode) if opts.compile_mode else None
     if runner is not None:
-        variants = compiled.twins(variants, compiled_twin)
         runner.of(unet)  # wrapped now: torch.compile marks the module it wraps
     hooks0, classes0 = hook_count(unet), _class_names(unet)
     sample_rss = opts.device.type == "cpu"
@@ -331,13 +365,17 @@ def bench_size(
     restore_ok = True
     max_diff = 0.0
     compared = 0  # timed baseline runs compared with the first baseline output
-    if opts.warmup == 0:
+    if primes(opts):
         # One untimed unpatched call: the first call at a shape pays one-time costs (kernel selection,
         # allocator growth) that would otherwise land on whichever variant runs first, the baseline.
         progress.set_postfix_str(f"{spec.name} {label}px priming call")
         run_step(unet, inputs[kinds[0]], opts.device, sample_rss=False)
-    # (round, start latent): the timed rounds on the first kind, then one untimed round per further kind.
-    rounds = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)] + [(-1, kind) for kind in kinds[1:]]
+        progress.update(1)
+    # (round, start latent): the timed rounds on the first kind and one untimed round per further kind, after them
+    # or, in the main job, before them: there they pay the one-time costs of every variant.
+    timed = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)]
+    extra = [(-1, kind) for kind in kinds[1:]]
+    rounds = extra + timed if extra_latents_first(opts) else timed + extra
     with timing.TimingLock(opts.lock, opts.lock_after) as lock:  # --lock: the timed runs, one process at a time
         for rep, kind in rounds:
             warm = rep < opts.warmup
@@ -381,7 +419,8 @@ def bench_size(
         checks.append((False, f"{spec.name} {label}px: the baseline output is not finite ({opts.dtype_name})"))
     # Patch/unpatch cycles before the last baseline run (the first of the last round). With one baseline run
     # only (--warmup 0 --repeats 1) nothing was compared and no check is claimed.
-    cycles = sum(1 for v in variants if v.kind != "baseline" and v.error is None) * (opts.warmup + opts.repeats - 1)
+    before = opts.warmup + opts.repeats - 1 + (len(extra) if extra_latents_first(opts) else 0)
+    cycles = sum(1 for v in variants if v.kind != "baseline" and v.error is None) * before
     if compared:
         checks.append(
             baseline_check(

@@ -128,8 +128,8 @@ def classic_input(widget: Widget) -> tuple[Any, ...]:
 def config_from_inputs(values: Mapping[str, Any]) -> TomeConfig:
     """The `TomeConfig` of the advanced node's input values; ValueError/TypeError naming the input otherwise.
 
-    Besides the field checks of `TomeConfig`, a ratio the strides cannot reach is an error here (the core caps it
-    with a warning): in a node graph the value on screen must be the value that runs.
+    `TomeConfig` checks the values, and refuses a ratio the strides cannot reach (at most 1 - 1/(sx*sy)) as the
+    library, the WebUI and its API do, naming the fields and the maximum: the value on screen is the value that runs.
     """
     fields: dict[str, Any] = {}
     for spec in field_specs():
@@ -146,17 +146,9 @@ def config_from_inputs(values: Mapping[str, Any]) -> TomeConfig:
             value = None
         fields[spec.name] = value
     try:
-        config = TomeConfig(**fields)
+        return TomeConfig(**fields)
     except (TypeError, ValueError) as exc:
         raise type(exc)(_with_input_names(str(exc))) from exc
-    used = config.ratios_by_kind  # only a ratio that merges something must be reachable
-    for name, kind, ratio in (("ratio", "attn", config.ratio), ("mlp_ratio", "mlp", config.mlp_ratio)):
-        if kind in used and ratio is not None and ratio > config.max_ratio + 1e-9:
-            raise ValueError(
-                f"input {name!r}={ratio} is more than strides sx={config.sx}, sy={config.sy} can merge"
-                f" (at most 1 - 1/(sx*sy) = {config.max_ratio:.3f}): lower {name} or raise sx/sy"
-            )
-    return config
 
 
 def _with_input_names(message: str) -> str:

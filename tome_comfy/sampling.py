@@ -22,6 +22,7 @@ then says the UNet ran under torch.compile and with which backend.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import re
@@ -206,6 +207,23 @@ def comfy_blocks(unet: nn.Module) -> Iterator[tuple[str, tuple[str, int, int], i
                 level = max(1, level // 2)
 
 
+def attention_replaced(kwargs: Mapping[str, Any], positions: range) -> bool:
+    """Whether another node replaced self- or cross-attention (ComfyUI's `patches_replace`: PAG, SAG, IP-Adapter,
+    attention couple...) in this call of a transformer block at one of `positions` of its stack (the block's
+    `transformer_options` say which block it is). Such blocks run unmerged: a replacement may map every token back
+    to its image position (tome_core.patch.set_whole_block_guard)."""
+    options = kwargs.get("transformer_options") or {}
+    replace = options.get("patches_replace") or {}
+    block = options.get("block")
+    if not replace or block is None:
+        return False
+    for target in ("attn1", "attn2"):
+        table = replace.get(target) or {}
+        if tuple(block[:2]) in table or any((block[0], block[1], p) in table for p in positions):
+            return True
+    return False
+
+
 def drop_builtin_tomesd(model_options: dict[str, Any]) -> int:
     """Remove ComfyUI's TomePatchModel patches from this sampling's model options; how many were removed."""
     patches = model_options.get("transformer_options", {}).get("patches", {})
@@ -259,6 +277,9 @@ class _Run:
             )
         tome_core.apply_patch(unet, config)
         try:
+            set_guard = getattr(importlib.import_module("tome_core.patch"), "set_whole_block_guard", None)
+            if set_guard is not None:
+                set_guard(unet, attention_replaced)
             run.watch()
         except BaseException:
             tome_core.remove_patch(unet)

@@ -1,7 +1,8 @@
 """ToMe for Stable Diffusion: token merging for LDM/SGM and diffusers UNets, in pure PyTorch.
 
 `apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly;
-`apply_patch(model, preset="fast")` applies one of the named speed settings in `presets()`.
+`apply_patch(model, preset="fast")` applies one of the named speed settings in `presets()`, which prints as a table
+(`presets_table()`).
 """
 
 from tome_core.config import LEVELS, FieldSpec, TomeConfig, auto_levels, field_spec, field_specs
@@ -22,13 +23,23 @@ from tome_core.patch import (
     stats,
     transformer_blocks,
 )
-from tome_core.presets import DEFAULT_PRESET, FAMILIES, Measured, Preset, get_preset, presets
+from tome_core.presets import (
+    DEFAULT_PRESET,
+    FAMILIES,
+    GpuMeasured,
+    Measured,
+    Preset,
+    get_preset,
+    presets,
+    presets_table,
+)
 
 __all__ = [
     "DEFAULT_PRESET",
     "FAMILIES",
     "LEVELS",
     "FieldSpec",
+    "GpuMeasured",
     "LevelInfo",
     "Measured",
     "Preset",
@@ -47,6 +58,7 @@ __all__ = [
     "is_patched",
     "model_family",
     "presets",
+    "presets_table",
     "remove_patch",
     "reset_stats",
     "set_step",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -75,7 +74,9 @@ class TomeConfig:
     ratio: float = _spec(
         float,
         "Ratio",
-        "Share of tokens merged away in each patched block. Higher is faster and less faithful.",
+        "Share of tokens merged away in each patched block. Higher is faster and less faithful. At most"
+        " 1 - 1/(sx*sy), what the strides' cells leave to merge (0.75 with 2x2): a higher ratio is refused, naming"
+        " the maximum.",
         default=0.5,
         minimum=0.0,
         maximum=0.95,
@@ -93,7 +94,9 @@ class TomeConfig:
     sx: int = _spec(
         int,
         "Stride x",
-        "Width of the cell holding one destination token. Larger strides allow higher ratios but match coarser.",
+        "Width of the cell holding one destination token (in 'kv' mode: the cell keys/values are pooled over)."
+        " Larger strides allow higher ratios, at most 1 - 1/(sx*sy), but match coarser; a ratio above that, or 1x1"
+        " cells with a ratio above 0 (nothing to merge), is refused.",
         default=2,
         minimum=1,
         maximum=8,
@@ -102,7 +105,9 @@ class TomeConfig:
     sy: int = _spec(
         int,
         "Stride y",
-        "Height of the cell holding one destination token. Larger strides allow higher ratios but match coarser.",
+        "Height of the cell holding one destination token (in 'kv' mode: the cell keys/values are pooled over)."
+        " Larger strides allow higher ratios, at most 1 - 1/(sx*sy), but match coarser; a ratio above that, or 1x1"
+        " cells with a ratio above 0 (nothing to merge), is refused.",
         default=2,
         minimum=1,
         maximum=8,
@@ -194,7 +199,8 @@ class TomeConfig:
         float,
         "MLP ratio",
         "Share of tokens merged for the feed-forward layer when 'Merge MLP' is on (None: the ratio). The"
-        " feed-forward is most of an SDXL step: merging it at a lower ratio than attention keeps more detail.",
+        " feed-forward is most of an SDXL step: merging it at a lower ratio than attention keeps more detail. At"
+        " most 1 - 1/(sx*sy), as the ratio: a higher one is refused.",
         default=None,
         minimum=0.0,
         maximum=0.95,
@@ -205,8 +211,10 @@ class TomeConfig:
     share_plan: bool = _spec(
         bool,
         "One plan per stack",
-        "Match tokens once per transformer stack (SDXL runs 10 blocks per stack) and merge every block of it"
-        " with that plan: less matching work, slightly less faithful.",
+        "Match tokens once per transformer stack and UNet call (at the stack's first block; the single-block stacks"
+        " of a level, as in SD1/SD2, share one match per level) and merge every block of it with that plan: a stack"
+        " of blocks merged whole (SDXL runs 10 per stack) then stays merged from its first block to its last, one"
+        " merge and one unmerge for the stack. Far fewer GPU kernels, slightly less faithful.",
         default=False,
         advanced=True,
     )
@@ -222,6 +230,25 @@ class TomeConfig:
         advanced=True,
     )
 
+    min_downsample: int = _spec(
+        int,
+        "Merge from downsample",
+        "Merge only in blocks at least this many times downsampled (1: from the first level max downsample"
+        " selects). With 'Pool keys/values elsewhere', the shallower levels pool instead.",
+        default=1,
+        choices=LEVELS,
+        advanced=True,
+    )
+    pool_kv: bool = _spec(
+        bool,
+        "Pool keys/values elsewhere",
+        "In the levels with transformer blocks that do not merge (outside 'Merge from downsample' to 'Max"
+        " downsample'), self-attention attends to keys/values pooled over sx*sy cells, as in 'kv' mode: one small"
+        " kernel per block, for speed where merging would cost more fidelity (or more GPU launches) than it saves.",
+        default=False,
+        advanced=True,
+    )
+
     def __post_init__(self) -> None:
         for spec in field_specs():
             object.__setattr__(self, spec.name, _check(spec, getattr(self, spec.name)))
@@ -229,6 +256,43 @@ class TomeConfig:
             raise ValueError(
                 f"TomeConfig.step_start must be less than step_end, got step_start={self.step_start},"
                 f" step_end={self.step_end}"
+            )
+        if self.max_downsample != "auto" and self.min_downsample > int(self.max_downsample):
+            raise ValueError(
+                f"TomeConfig.min_downsample={self.min_downsample} is above max_downsample={self.max_downsample}:"
+                " no level would merge; lower min_downsample or raise max_downsample"
+            )
+        self._check_strides()
+
+    def _check_strides(self) -> None:
+        """The strides' rule: a cell of sx*sy tokens keeps one of them, so a ratio the config merges with may be at
+        most 1 - 1/(sx*sy) (`max_ratio`): 1x1 cells leave nothing to merge, and nothing to pool in kv mode. Any
+        ratio above that is refused, naming the fields and the maximum, never capped: the value a user sees is the
+        value that runs. A ratio the config does not use (`ratios_by_kind`) is not checked."""
+        where = f"strides sx={self.sx}, sy={self.sy}"
+        if self.sx * self.sy == 1 and self.mode == "kv" and self.merge_attn:
+            raise ValueError(
+                f"TomeConfig.sx={self.sx}, sy={self.sy}: mode 'kv' pools self-attention's keys/values over sx*sy"
+                " cells, and cells of one token leave nothing to pool; raise sx or sy (or turn merge_attn off)"
+            )
+        used: dict[str, tuple[float, str]] = {}  # field -> (its value, what uses it where that is not plain)
+        if self.merge_crossattn or (self.merge_attn and self.mode == "merge"):
+            used["ratio"] = (self.ratio, "")
+        if self.merge_mlp and self.mlp_ratio is not None:
+            used["mlp_ratio"] = (self.mlp_ratio, "")
+        elif self.merge_mlp:
+            used.setdefault("ratio", (self.ratio, " (the feed-forward's ratio while mlp_ratio is None)"))
+        for name, (ratio, role) in used.items():
+            if ratio <= self.max_ratio + 1e-9:
+                continue
+            if self.sx * self.sy == 1:
+                raise ValueError(
+                    f"TomeConfig.{name}={ratio}{role} with {where} leaves nothing to merge: a cell of one token"
+                    f" keeps it (at most 1 - 1/(sx*sy) = 0); raise sx or sy, or set {name} to 0"
+                )
+            raise ValueError(
+                f"TomeConfig.{name}={ratio}{role} is more than {where} can merge: at most 1 - 1/(sx*sy) ="
+                f" {self.max_ratio:.4g}; lower {name} or raise sx or sy"
             )
 
     # ------------------------------------------------------------------ derived values
@@ -240,16 +304,19 @@ class TomeConfig:
 
     @property
     def effective_ratio(self) -> float:
-        """The ratio that will actually be merged: `ratio` capped by the strides."""
+        """The ratio that will actually be merged: `ratio`, which the strides' rule keeps within `max_ratio` wherever
+        the config merges with it (`_check_strides`)."""
         return min(self.ratio, self.max_ratio)
 
     @property
     def is_capped(self) -> bool:
-        return self.ratio > self.max_ratio + 1e-9
+        """Whether a ratio the config merges with exceeds what the strides allow: never, as such a config is
+        refused on construction (kept for callers from when the ratio was capped)."""
+        return False
 
     @property
     def effective_mlp_ratio(self) -> float:
-        """The ratio the feed-forward merges with: `mlp_ratio` (else `ratio`) capped by the strides."""
+        """The ratio the feed-forward merges with: `mlp_ratio` (else `ratio`), within `max_ratio` as above."""
         return min(self.ratio if self.mlp_ratio is None else self.mlp_ratio, self.max_ratio)
 
     @property
@@ -268,7 +335,7 @@ class TomeConfig:
         """True when the patch cannot change any output."""
         if self.sx * self.sy == 1:
             return True
-        pools = self.mode == "kv" and self.merge_attn
+        pools = (self.mode == "kv" and self.merge_attn) or self.pool_kv
         return not pools and all(ratio <= 0.0 for ratio in self.ratios_by_kind.values())
 
     def active_at(self, fraction: float) -> bool:
@@ -277,18 +344,19 @@ class TomeConfig:
 
     def merges_level(self, level: int, auto_levels: Collection[int]) -> bool:
         """Whether blocks at `level` (1, 2, 4, ...) merge; `auto_levels` (see `auto_levels`) resolves 'auto'."""
+        if level < self.min_downsample:
+            return False
         if self.max_downsample == "auto":
             return level in auto_levels
         return level <= int(self.max_downsample)
 
+    def pools_level(self, level: int, auto_levels: Collection[int]) -> bool:
+        """Whether blocks at `level` pool self-attention's keys/values without merging (`pool_kv`)."""
+        return self.pool_kv and not self.merges_level(level, auto_levels)
+
     def warn_if_capped(self) -> None:
-        if self.is_capped:
-            warnings.warn(
-                f"TomeConfig.ratio={self.ratio} exceeds what strides sx={self.sx}, sy={self.sy} allow;"
-                f" merging {self.effective_ratio:.3f} of the tokens (the maximum is 1 - 1/(sx*sy)).",
-                UserWarning,
-                stacklevel=3,
-            )
+        """Nothing to warn about: a ratio the strides cannot reach is refused on construction, never capped (kept
+        for callers from when it was capped)."""
 
     # ------------------------------------------------------------------ conversions
 

@@ -13,8 +13,10 @@ back to the host), and what depends only on the grid is built once and reused:
 * `Partition` (per grid and sampler step): which token of each cell is the destination; random ones are a
   hash of the cell and the step's timestep (`hashed_slots`): eager calls pick one of a grid's 17 from a
   `PartitionTable`, a compiled graph hashes the same one from its own timestep input;
-* `Match` (per block, or once per transformer stack): the similarity ranking of the sources;
-* `plan` (per ratio): the merge and unmerge closures, one `index_add_` and one `index_select` each.
+* `band_merge` (per level, stack or block): the merge as two dense matrices per band of cells, so that merging
+  and unmerging are one batched matrix product each (`BandMerge`); matching stays inside a band ("local");
+* `Match` and `plan` (global matching, tomesd's rule): the similarity ranking of the sources, then merge and
+  unmerge closures, one `index_add_` and one `index_select` each.
 """
 
 from __future__ import annotations
@@ -118,15 +120,22 @@ class Partition:
 
     layout: GridLayout
     dst_tok: torch.Tensor  # [Nd] token index of each destination, in cell order
-    dst_number: torch.Tensor  # [N] int64: a destination's number at its token, 0 elsewhere
+    dst_number: torch.Tensor | None  # [N] int64: a destination's number at its token, 0 elsewhere (global matching)
+    # [Nd] where each destination's similarity to itself sits in a band's flattened [band tokens, ws] scores:
+    # dst_tok * ws + its cell's column (`band_merge` marks it so that a destination always keeps its own row).
+    self_score: torch.Tensor
 
 
-def partition(layout: GridLayout, slots: torch.Tensor) -> Partition:
-    """The partition that puts each cell's destination in slot `slots` [Nd] (ky * sx + kx) of the cell."""
+def partition(layout: GridLayout, slots: torch.Tensor, numbers: bool = True) -> Partition:
+    """The partition that puts each cell's destination in slot `slots` [Nd] (ky * sx + kx) of the cell; `numbers`:
+    also the per-token table that global matching reads."""
     dst_tok = layout.cell_tok + layout.slot_offset.index_select(0, slots.reshape(-1))
-    dst_number = torch.zeros(layout.n, dtype=torch.int64, device=dst_tok.device)
-    dst_number.index_copy_(0, dst_tok, layout.arange[: layout.num_dst])
-    return Partition(layout, dst_tok, dst_number)
+    self_score = dst_tok * layout.ws + layout.arange[: layout.num_dst] % max(layout.ws, 1)
+    dst_number = None
+    if numbers:
+        dst_number = torch.zeros(layout.n, dtype=torch.int64, device=dst_tok.device)
+        dst_number.index_copy_(0, dst_tok, layout.arange[: layout.num_dst])
+    return Partition(layout, dst_tok, dst_number, self_score)
 
 
 def fixed_slots(layout: GridLayout) -> torch.Tensor:
@@ -162,17 +171,24 @@ class PartitionTable:
     """`count` random partitions of one grid, stacked, so that a sampler step picks one on the device."""
 
     layout: GridLayout
-    dst_tok: torch.Tensor  # [count, Nd]
+    dst_tok: torch.Tensor  # [count, 2 * Nd]: each row's dst_tok, then its self_score (one pick reads both)
     dst_number: torch.Tensor  # [count, N]
 
     @property
     def count(self) -> int:
         return self.dst_tok.shape[0]
 
-    def pick(self, key: torch.Tensor) -> Partition:
-        """The partition for `key` (a [1] int64 device tensor): row key mod count, chosen without a host read."""
-        row = key.remainder(self.count)
-        return Partition(self.layout, self.dst_tok.index_select(0, row)[0], self.dst_number.index_select(0, row)[0])
+    def pick(self, key: torch.Tensor, numbers: bool = True) -> Partition:
+        """The partition for `key` (a [1] int64 device tensor): row key mod count, chosen without a host read;
+        `numbers`: also its per-token table (global matching), a second pick."""
+        return self.pick_row(key.remainder(self.count), numbers)
+
+    def pick_row(self, row: torch.Tensor, numbers: bool = True) -> Partition:
+        """The partition in row `row` ([1] int64 on the device, already reduced mod count)."""
+        both = self.dst_tok.index_select(0, row)[0]
+        nd = self.layout.num_dst
+        dst_number = self.dst_number.index_select(0, row)[0] if numbers else None
+        return Partition(self.layout, both[:nd], dst_number, both[nd:])
 
 
 #: Random partitions per grid. A step picks one by its timestep; a prime count spreads the usual timestep
@@ -188,13 +204,17 @@ def random_partitions(layout: GridLayout, seed: int, count: int = PARTITIONS_PER
     keys = torch.arange(count, device=layout.arange.device).view(count, 1)  # [count, 1]
     slots = hashed_slots(layout.num_dst, layout.sx * layout.sy, keys, seed)  # [count, Nd]
     parts = [partition(layout, row) for row in slots]
-    return PartitionTable(layout, torch.stack([p.dst_tok for p in parts]), torch.stack([p.dst_number for p in parts]))
+    both = torch.stack([torch.cat([p.dst_tok, p.self_score]) for p in parts])
+    return PartitionTable(layout, both, torch.stack([p.dst_number for p in parts]))
 
 
-def hashed_partition(layout: GridLayout, key: torch.Tensor, seed: int, count: int = PARTITIONS_PER_GRID) -> Partition:
+def hashed_partition(
+    layout: GridLayout, key: torch.Tensor, seed: int, count: int = PARTITIONS_PER_GRID, numbers: bool = True
+) -> Partition:
     """The partition `random_partitions(layout, seed, count).pick(key)` returns, computed without the table: what a
     compiled graph runs, so that it reads no stored tensor."""
-    return partition(layout, hashed_slots(layout.num_dst, layout.sx * layout.sy, key.remainder(count), seed))
+    slots = hashed_slots(layout.num_dst, layout.sx * layout.sy, key.remainder(count), seed)
+    return partition(layout, slots, numbers)
 
 
 def random2d_slots(
@@ -291,6 +311,8 @@ def plan(m: Match, r: int) -> tuple[Merge, Merge]:
     num_unm = rows - num_dst
     merged, kept = m.order[:, :r], m.order[:, r : N - num_dst]  # [B, r], [B, num_unm]
     # row[b, t]: the merged tensor's row holding token t: destinations first, then unmerged sources.
+    if m.part.dst_number is None:
+        raise ValueError("plan needs a partition made with numbers=True")
     row = m.part.dst_number.repeat(B, 1)  # [B, N]
     row.scatter_(1, kept, layout.arange[num_dst:rows].expand(B, num_unm))
     row.scatter_(1, merged, m.into.gather(1, merged))
@@ -315,6 +337,148 @@ def plan(m: Match, r: int) -> tuple[Merge, Merge]:
         return x.reshape(B * rows, C).index_select(0, flat).view(B, N, C)
 
     return merge, unmerge
+
+
+@dataclass(frozen=True)
+class BandMerge:
+    """A merge plan as two dense matrices per band (a row of cells: sy token rows, contiguous in memory).
+
+    Each band of `band` tokens keeps `rows` rows: its destinations (one per whole cell) and the sources least
+    similar to any of them; every other source is averaged into its most similar destination of the same band.
+    Tokens below the last whole band (fewer than sy rows) are kept as they are, after the bands' rows.
+
+    Shapes, with Nb = bands * band the tokens in bands and M = bands * rows + tail the merged count:
+        merge: [B, N, C] -> [B, M, C]        unmerge: [B, M, C] -> [B, N, C]
+    """
+
+    bands: int
+    band: int
+    rows: int
+    tail: int
+    spread: torch.Tensor  # [B*bands, band, rows] one-hot: the row each token went to (unmerge)
+    mean: torch.Tensor  # [B*bands, rows, band]: each row the mean of its tokens (merge); a transposed view
+
+    @property
+    def merged_tokens(self) -> int:
+        return self.bands * self.rows + self.tail
+
+    def _split(self, x: torch.Tensor, per_band: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, _, C = x.shape
+        body = x[:, : self.bands * per_band].reshape(B * self.bands, per_band, C)  # a view unless there is a tail
+        return body, (x[:, self.bands * per_band :] if self.tail else None)
+
+    def _join(self, body: torch.Tensor, tail: torch.Tensor | None, batch: int) -> torch.Tensor:
+        out = body.view(batch, -1, body.shape[-1])
+        return out if tail is None else torch.cat([out, tail], dim=1)
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, N, C] -> [B, M, C]: one batched matrix product."""
+        body, tail = self._split(x, self.band)
+        return self._join(torch.bmm(self.mean.to(x.dtype), body), tail, x.shape[0])
+
+    def unmerge(self, y: torch.Tensor) -> torch.Tensor:
+        """[B, M, C] -> [B, N, C]: every token gets its row's value."""
+        body, tail = self._split(y, self.rows)
+        return self._join(torch.bmm(self.spread.to(y.dtype), body), tail, y.shape[0])
+
+    def merge_with_residual(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(merge(x), x - unmerge(merge(x))): the merged tokens and what merging took from each token (zero for a
+        kept one), reading x once (a copy first when x is a transposed view, as SD1's blocks get it)."""
+        body, tail = self._split(x.contiguous(), self.band)
+        rows = torch.bmm(self.mean.to(x.dtype), body)
+        residual = torch.baddbmm(body, self.spread.to(x.dtype), rows, alpha=-1)
+        batch = x.shape[0]
+        return self._join(rows, tail, batch), self._join(
+            residual, None if tail is None else torch.zeros_like(tail), batch
+        )
+
+    def unmerge_add(self, base: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """base + unmerge(y), [B, N, C], in one batched product (`baddbmm`)."""
+        body, tail = self._split(base, self.band)
+        rows, y_tail = self._split(y, self.rows)
+        out = torch.baddbmm(body, self.spread.to(y.dtype), rows)
+        return self._join(out, None if tail is None else tail + y_tail, base.shape[0])
+
+
+def band_rows(layout: GridLayout, ratio: float) -> int:
+    """Rows a band keeps when `ratio` of its tokens merge away: at least one per whole cell."""
+    band = layout.sy * layout.w
+    return band - min(int(band * ratio), band - layout.ws)
+
+
+@dataclass(frozen=True)
+class BandMatch:
+    """Each token's most similar destination in its band, and how similar: plan any ratio from it (`band_merge`)."""
+
+    layout: GridLayout
+    best: torch.Tensor  # [B*bands, band] similarity to the best destination (at most C); a destination's own is 2C
+    row: torch.Tensor  # [B*bands, band] int64: that destination's column (its row after merging)
+    tail: int  # tokens below the last whole band
+
+
+def band_match(metric: torch.Tensor, part: Partition) -> BandMatch | None:
+    """Match every token of a band with the most similar destination of the same band (cosine similarity).
+
+    Args:
+        metric: [B, N, C], N = h*w of the partition's grid: the tokens whose similarity decides what merges.
+        part: the destinations; each is marked as its own best match (above any similarity), so that it keeps its
+            row even beside an identical token.
+    Returns:
+        None when the grid holds no whole cell.
+    """
+    layout = part.layout
+    B, N, C = metric.shape
+    hs, ws, band = layout.hs, layout.ws, layout.sy * layout.w
+    if hs == 0 or ws == 0:
+        return None
+    # Centred and scaled per token (one kernel where dividing by the norm takes three): the score is the tokens'
+    # correlation, cosine similarity after removing each token's mean, times C.
+    unit = F.layer_norm(metric, (C,), eps=_EPS)  # [B, N, C]
+    dst = unit.index_select(1, part.dst_tok).view(B * hs, ws, C)
+    body = unit[:, : hs * band].reshape(B * hs, band, C)
+    score = torch.bmm(body, dst.transpose(1, 2))  # [B*hs, band, ws]
+    score.view(B, hs * band * ws).index_fill_(1, part.self_score, 2.0 * C)
+    best, row = score.max(dim=-1)  # [B*hs, band]
+    return BandMatch(layout, best, row, N - hs * band)
+
+
+def merged_tokens(h: int, w: int, sx: int, sy: int, ratio: float, matching: str = "local") -> int:
+    """Tokens left when `ratio` of an h x w grid's merge: per band of cells ("local", `band_merge`: each band keeps
+    `band_rows`, the rows below the last whole band stay as they are) or over the whole grid ("global", `plan`: one
+    destination per whole cell at least). A grid without a whole cell keeps every token."""
+    hs, ws, n = h // sy, w // sx, h * w
+    if hs == 0 or ws == 0 or ratio <= 0:
+        return n
+    if matching == "global":
+        return n - min(int(n * ratio), n - hs * ws)
+    band = sy * w
+    return hs * (band - min(int(band * ratio), band - ws)) + (h - hs * sy) * w
+
+
+def band_merge(m: BandMatch, ratio: float) -> BandMerge | None:
+    """Plan merging `ratio` of each band's tokens: the least similar sources keep rows of their own (after the
+    destinations'), every other source is averaged into its best destination. None when nothing would merge.
+
+    Args:
+        m: `band_match` of the tokens.
+        ratio: share of each band's tokens merged away, capped at 1 - ws/band (every source merged).
+    """
+    layout = m.layout
+    hs, ws, band = layout.hs, layout.ws, layout.sy * layout.w
+    rows = band_rows(layout, ratio)
+    if rows >= band:
+        return None
+    keep = rows - ws  # sources per band left unmerged
+    row = m.row
+    if keep > 0:
+        # Destinations score 2C: never among the least similar.
+        kept = m.best.topk(keep, dim=-1, largest=False, sorted=False).indices  # [B*hs, keep]
+        row = row.scatter(1, kept, layout.arange[ws:rows].expand(row.shape[0], keep))
+    # A comparison, not zeros().scatter_(..., 1.0): inductor's CUDA lowering of that scatter gave a float32 matrix
+    # in a float16 graph (H100, torch 2.11: "Input dtypes must be the same" in the baddbmm after it).
+    spread = (row.unsqueeze(-1) == layout.arange[:rows]).to(m.best.dtype)  # [B*hs, band, rows]
+    mean = (spread / spread.sum(dim=1, keepdim=True)).transpose(1, 2)  # [B*hs, rows, band]
+    return BandMerge(hs, band, rows, m.tail, spread, mean)
 
 
 def bipartite_soft_matching_random2d(

@@ -39,8 +39,10 @@ from torch.utils.hooks import RemovableHandle
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import LEVELS, TomeConfig, auto_levels
 from tome_core.merge import (
+    BandMatch,
+    BandMerge,
     GridLayout,
-    Merge,
+    Match,
     Partition,
     PartitionTable,
     fixed_slots,
@@ -48,10 +50,13 @@ from tome_core.merge import (
     hashed_partition,
     kv_downsample,
     match,
+    merged_tokens,
     partition,
     plan,
     random_partitions,
 )
+from tome_core.merge import band_match as _band_match
+from tome_core.merge import band_merge as _band_merge
 
 STATE_ATTR = "_tome_sd_state"
 
@@ -79,8 +84,6 @@ class LevelInfo:
 #: Which ratio each hooked module merges with: attention (self and cross) or the feed-forward.
 _TARGETS = (("attn1", "merge_attn", "attn"), ("attn2", "merge_crossattn", "attn"), ("ff", "merge_mlp", "mlp"))
 
-_Plans = dict[str, tuple[Merge, Merge]]  # "attn"/"mlp" -> (merge, unmerge)
-
 
 @dataclass(frozen=True)
 class _Grid:
@@ -89,7 +92,7 @@ class _Grid:
     level: int
     h: int
     w: int
-    merges: bool  # the config merges blocks at this level
+    merges: bool  # the config merges (or only pools keys/values in) blocks at this level
 
 
 @dataclass
@@ -111,7 +114,12 @@ class _State:
     # tokens -> partition for the grids the blocks have asked for; all made on first use, dropped after the call.
     timestep: Any = None
     key: torch.Tensor | None = None
+    row: torch.Tensor | None = None  # key mod PARTITIONS_PER_GRID: the row of every grid's table this call
     parts: dict[int, Partition] = field(default_factory=dict)
+    # plan key -> this call's match, and (plan key, ratio) -> its merge plan; dropped after the call.
+    matches: dict[Any, BandMatch | Match | None] = field(default_factory=dict)
+    merges: dict[Any, BandMerge | None] = field(default_factory=dict)
+    spans: list[_Span] = field(default_factory=list)
     # Eager calls only: index tensors built once per grid shape and device (a compiled graph builds its own).
     layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
     fixed: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
@@ -119,6 +127,9 @@ class _State:
     unet_calls: int = 0  # UNet forwards since the last `reset_stats`
     active_calls: int = 0  # ... of which inside the step window
     unmark: Callable[[], None] | None = None  # takes `compat.static_sizes`' mark off this call's latent
+    # set_whole_block_guard: (block kwargs, positions in the stack) -> True when another extension replaced the
+    # attention of one of those blocks for this call: they then run unmerged.
+    guard: Callable[[Mapping[str, Any], range], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -271,9 +282,10 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
     state.hooks.append(_UNetHook(state, unet))
     where = _stacks(unet)
-    shared: dict[int, _Stack] = {}
+    spans: dict[int, _Span] = {}
     for index, (module, level) in enumerate(blocks):
-        _patch_block(state, module, index, level, where.get(id(module)), shared)
+        _patch_block(state, module, index, level, where.get(id(module)), spans)
+    state.spans = list(spans.values())
     for hook in state.hooks:
         hook.install()
     setattr(unet, STATE_ATTR, state)
@@ -329,24 +341,43 @@ def stats(model: Any) -> TomeStats | None:
     config = state.config
     kinds: Counter[str] = Counter()
     for block in state.blocks:
-        kinds.update(hook.name for hook in block.modules if hook.applied)
+        kinds.update(block.applied_names())
     return TomeStats(
         mode=config.mode,
         total=state.total,
         selected=len(state.blocks),
         planned=sum(1 for b in state.blocks if b.planned),
-        reached=sum(1 for b in state.blocks if b.planned and all(m.reached for m in b.modules)),
+        reached=sum(1 for b in state.blocks if b.planned and b.counts_reached()),
         applied=sum(1 for b in state.blocks if b.counts_applied()),
         unet_calls=state.unet_calls,
         active_calls=state.active_calls,
         block_calls=sum(1 for b in state.blocks if b.called),
         grid_misses=sum(1 for b in state.blocks if b.grid_miss),
-        levels=frozenset(lv for lv in state.block_levels | set(LEVELS) if config.merges_level(lv, state.auto_levels))
+        levels=frozenset(
+            lv
+            for lv in state.block_levels | set(LEVELS)
+            if config.merges_level(lv, state.auto_levels) or config.pools_level(lv, state.auto_levels)
+        )
         if not config.is_noop
         else frozenset(),
         block_levels=state.block_levels,
         modules=tuple((name, kinds[name]) for name in ("kv", "attn1", "attn2", "ff") if kinds[name]),
     )
+
+
+def set_whole_block_guard(model: Any, guard: Callable[[Mapping[str, Any], range], bool] | None) -> None:
+    """Let a host keep blocks merged whole unmerged in a call where another extension replaced their attention.
+
+    A block merged whole hands its attention merged tokens; a replacement that maps tokens back to image positions
+    (regional prompting, attention couple) expects every token. `guard(kwargs, positions)` gets the keyword
+    arguments the block (the first of a merged stack) was called with and the positions in its transformer stack
+    that would run merged; True runs them unmerged for that call, and `stats` then counts them planned but not
+    reached. ComfyUI's adapter installs one that reads `transformer_options["patches_replace"]`. None removes it.
+    Blocks merged module by module need none: a replaced module never runs, so its hook never merges.
+    """
+    state = find_unet(model).__dict__.get(STATE_ATTR)
+    if state is not None:
+        state.guard = guard
 
 
 def reset_stats(model: Any) -> None:
@@ -373,10 +404,17 @@ def blocks_per_level(model: Any) -> dict[int, int]:
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
     """Per downsampling level: transformer blocks, how many merge, tokens before and after, at an image size.
 
-    `height`/`width` are in pixels (latent = pixels // 8). Uses the model's current patch config, else `config`,
-    else the defaults.
+    `height`/`width` are in pixels, positive multiples of 8 (latent = pixels / 8); anything else raises
+    ValueError (TypeError for a non-integer) naming the argument. Describes `config`, else the model's current
+    patch config, else the default preset (`DEFAULT_PRESET`) resolved for the model's family (`model_family`): what
+    `apply_patch(model, preset=DEFAULT_PRESET)` and the WebUI's default would run.
     """
-    config = config or get_config(model) or TomeConfig()
+    _check_size(height=height, width=width)
+    config = config or get_config(model)
+    if config is None:
+        from tome_core.presets import DEFAULT_PRESET, get_preset
+
+        config = get_preset(DEFAULT_PRESET).config(model_family(model))
     return describe_layout(blocks_per_level(model), height, width, config)
 
 
@@ -384,7 +422,15 @@ def describe_layout(
     blocks: Mapping[int, int], height: int = 512, width: int = 512, config: TomeConfig | None = None
 ) -> list[LevelInfo]:
     """`describe` for a UNet known only by its transformer blocks per level (`blocks_per_level`), e.g. a model
-    family's layout in a UI that has no model at hand."""
+    family's layout in a UI that has no model at hand. Without `config`: the default preset, for the family the
+    layout is of as `model_family` tells it ("sdxl" when the first level holding blocks is 2 or deeper, else
+    "sd"). Sizes as in `describe`."""
+    _check_size(height=height, width=width)
+    levels = [level for level, count in blocks.items() if count > 0]
+    if config is None and levels:
+        from tome_core.presets import DEFAULT_PRESET, get_preset
+
+        config = get_preset(DEFAULT_PRESET).config("sdxl" if min(levels) >= 2 else "sd")
     config = config or TomeConfig()
     auto = auto_levels(blocks)
     lat_h, lat_w = height // 8, width // 8  # as the WebUI and diffusers size the latent
@@ -395,14 +441,25 @@ def describe_layout(
             continue
         h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
         tokens = h * w
-        merging = count if config.merges_level(level, auto) and not config.is_noop else 0
+        merges = config.merges_level(level, auto) and not config.is_noop
+        pools = config.pools_level(level, auto) and not config.is_noop
+        merging = count if merges or pools else 0
         after = tokens
-        if merging and config.mode == "merge":
-            after = tokens - min(int(tokens * config.effective_ratio), tokens - (h // config.sy) * (w // config.sx))
-        elif merging:
+        if merges and config.mode == "merge" and config.merge_attn:
+            after = merged_tokens(h, w, config.sx, config.sy, config.effective_ratio, config.matching)
+        elif pools or (merges and config.mode == "kv" and config.merge_attn):
             after = math.ceil(h / config.sy) * math.ceil(w / config.sx)  # keys/values attended to
         out.append(LevelInfo(level=level, blocks=count, merging=merging, tokens=tokens, tokens_after=after))
     return out
+
+
+def _check_size(**sizes: Any) -> None:
+    """An image size `describe` takes: a positive multiple of 8 pixels (a whole latent pixel), by argument name."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be a positive multiple of 8 (pixels), got {value!r}")
+        if value <= 0 or value % 8:
+            raise ValueError(f"{name} must be a positive multiple of 8 (pixels), got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------- the UNet's hooks
@@ -466,7 +523,13 @@ def _new_call(state: _State, timestep: Any) -> None:
     """Forget the last call's partitions; the next ones come from `timestep`."""
     state.timestep = timestep
     state.key = None
+    state.row = None
     state.parts = {}
+    state.matches = {}
+    state.merges = {}
+    for span in state.spans:
+        span.merge = span.residual = None
+        span.guarded = False
 
 
 def _unmark(state: _State) -> None:
@@ -480,7 +543,8 @@ def _grids(config: TomeConfig, auto: frozenset[int], latent: tuple[int, int]) ->
     out: dict[int, _Grid] = {}
     for level in _GRID_LEVELS:
         h, w = math.ceil(latent[0] / level), math.ceil(latent[1] / level)
-        out.setdefault(h * w, _Grid(level, h, w, config.merges_level(level, auto)))
+        acts = config.merges_level(level, auto) or config.pools_level(level, auto)
+        out.setdefault(h * w, _Grid(level, h, w, acts))
     return out
 
 
@@ -503,17 +567,20 @@ def _call_partition(state: _State, tokens: int, grid: _Grid, device: torch.devic
         layout = grid_layout(grid.h, grid.w, config.sx, config.sy, device)
         if not compiling:
             state.layouts[cache] = layout
+    numbers = config.matching == "global"  # only global matching reads the per-token table
     if config.use_rand:
         seed = _DEFAULT_SEED if config.seed is None else config.seed
         if state.key is None:
             state.key = timestep_key(state.timestep, device)
         if compiling:
-            part = hashed_partition(layout, state.key, seed)
+            part = hashed_partition(layout, state.key, seed, numbers=numbers)
         else:
             table = state.tables.get(cache)
             if table is None:
                 table = state.tables[cache] = random_partitions(layout, seed)
-            part = table.pick(state.key)
+            if state.row is None:
+                state.row = state.key.remainder(table.count)
+            part = table.pick_row(state.row, numbers=numbers)
     else:
         part = None if compiling else state.fixed.get(cache)
         if part is None:
@@ -522,6 +589,28 @@ def _call_partition(state: _State, tokens: int, grid: _Grid, device: torch.devic
                 state.fixed[cache] = part
     state.parts[tokens] = part
     return part
+
+
+def _call_band(state: _State, key: Any, x: torch.Tensor, grid: _Grid, ratio: float) -> BandMerge | None:
+    """This call's band merge plan for the blocks sharing `key`, at `ratio`: matched on the first of them that
+    asks (from its input tokens), planned once per ratio, dropped after the call."""
+    plan_key = (key, ratio)
+    if plan_key in state.merges:
+        return state.merges[plan_key]
+    if key not in state.matches:
+        state.matches[key] = _band_match(x, _call_partition(state, x.shape[1], grid, x.device))
+    m = state.matches[key]
+    merge = None if not isinstance(m, BandMatch) else _band_merge(m, ratio)
+    state.merges[plan_key] = merge
+    return merge
+
+
+def _call_match(state: _State, key: Any, x: torch.Tensor, grid: _Grid) -> Match:
+    """Global matching (tomesd's rule): this call's similarity ranking for the blocks sharing `key`."""
+    m = state.matches.get(key)
+    if not isinstance(m, Match):
+        m = state.matches[key] = match(x, _call_partition(state, x.shape[1], grid, x.device), "global")
+    return m
 
 
 def _fraction(state: _State, timestep: Any) -> float | None:
@@ -567,8 +656,11 @@ def timestep_key(timestep: Any, device: torch.device) -> torch.Tensor:
     every fp16 and bf16 value and every integer below 2**24 exactly and rounds the product the same on every
     device; float64 would not run on MPS. A value a dtype cannot hold is rounded by whoever made the tensor (bf16
     makes 999 into 1000), and keys as that value. A host timestep is copied without blocking: a blocking copy would
-    wait for the device's stream. A Python number (or None: 0) is filled on the device, with no copy at all.
+    wait for the device's stream. A Python number (or None: 0) is filled on the device, with no copy at all. An
+    integer timestep (diffusers' schedulers) is scaled as it is, in one kernel: the same key, exactly.
     """
+    if isinstance(timestep, torch.Tensor) and timestep.numel() and not timestep.is_floating_point():
+        return timestep.reshape(-1)[:1].to(device, torch.int64, non_blocking=True) * 1000
     if isinstance(timestep, torch.Tensor) and timestep.numel():
         wide = timestep.reshape(-1)[:1].to(device, torch.float32, non_blocking=True)
     else:
@@ -640,15 +732,25 @@ class _UNetHook(_Hook):
             _new_call(self.state, None)
 
 
-class _Stack:
-    """The plan the first block of a transformer stack shares with the others (one plan per stack), held only
-    while the stack runs."""
+class _Span:
+    """A stack of whole-merged blocks that stays merged from its first block's input to its last block's output
+    (one merge and one unmerge for the whole stack, not per block): what the first block hands the last, for one
+    call only."""
 
-    plans: tuple[int, _Plans] | None = None
+    merge: BandMerge | None = None
+    residual: torch.Tensor | None = None  # x - unmerge(merge(x)) of the first block's input
+    guarded = False  # the first block ran unmerged for `set_whole_block_guard`: so do the others
 
 
 class _BlockHook(_Hook):
-    """A transformer block: matches its input tokens and hands the plan to its modules' hooks for this call."""
+    """A transformer block that merges.
+
+    Whole (`ratio` set): the block runs on its merged input and its output is unmerged, with what merging took
+    from each token added back: the same as merging each of attention, cross-attention and feed-forward with one
+    plan (merge(x + unmerge(d)) = merge(x) + d), for one merge and one unmerge instead of three each. Inside a
+    `_Span` the middle blocks run on the merged tokens as they come. Otherwise its modules' hooks merge one by one
+    (`_MergeHook`, `_KvHook`) with the plans this hook makes for the call.
+    """
 
     def __init__(self, state: _State, module: nn.Module, index: int, level: int) -> None:
         super().__init__(module)
@@ -656,74 +758,147 @@ class _BlockHook(_Hook):
         self.index = index
         self.level = level
         self.modules: list[_MergeHook | _KvHook] = []
+        self.names: tuple[str, ...] = ()  # what a whole block merges: its modules' names (attn1, attn2, ff)
+        self.ratio: float | None = None  # set: the block merges whole at this ratio
         self.ratios: dict[str, float] = {}  # ratio kind -> ratio, for the kinds this block's modules merge
         self.pools = False  # self-attention pools keys/values (kv mode)
-        self.stack: _Stack | None = None  # set with one plan per stack
-        self.first_in_stack = True
-        self.last_in_stack = True
-        # This call's plan, read by the modules' hooks: (tokens, plans) and the kv grid (h, w).
-        self.plans: tuple[int, _Plans] | None = None
+        self.span: _Span | None = None
+        self.first_in_span = True
+        self.last_in_span = True
+        self.positions = range(0, 1)  # the positions in its transformer stack this block merges for
+        self.plan_key: Any = None  # which blocks share a plan within a call (`_call_merge`)
+        # This call's plans, read by the modules' hooks: kind -> BandMerge or (merge, unmerge); and the kv grid.
+        self.plans: dict[str, Any] | None = None
+        self.tokens = 0
         self.grid: tuple[int, int] | None = None
         self.reset()
 
     def reset(self) -> None:
         # Flags the hooks set and never read (a compiled graph replays each store after its run).
-        self.called = self.planned = self.grid_miss = False
+        self.called = self.planned = self.grid_miss = self.merged = False
         for hook in self.modules:
             hook.wanted = hook.reached = hook.applied = False
 
     def counts_applied(self) -> bool:
+        if self.ratio is not None:
+            return self.merged
         wanted = [hook for hook in self.modules if hook.wanted]
         return bool(wanted) and all(hook.applied for hook in wanted)
+
+    def counts_reached(self) -> bool:
+        return self.merged if self.ratio is not None else all(m.reached for m in self.modules)
+
+    def applied_names(self) -> list[str]:
+        if self.ratio is not None:
+            return list(self.names) if self.merged else []
+        return [hook.name for hook in self.modules if hook.applied]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.passthrough:
             return self.call(*args, **kwargs)
         self.called = True
         x = _first_arg(args, kwargs, "x", "hidden_states")
-        if self.state.active and isinstance(x, torch.Tensor) and x.dim() == 3:
-            self._plan(x)
+        if not (self.state.active and isinstance(x, torch.Tensor) and x.dim() == 3):
+            return self.call(*args, **kwargs)
+        if self.ratio is not None:
+            return self._whole(x, args, kwargs)
+        self._plan(x)
         try:
             return self.call(*args, **kwargs)
         finally:
             self.plans = None
             self.grid = None
-            if self.stack is not None and self.last_in_stack:
-                self.stack.plans = None
 
-    def _plan(self, x: torch.Tensor) -> None:
-        state = self.state
-        tokens = x.shape[1]
-        grid = state.grids.get(tokens)
+    # -------------------------------------------------------------------------------- whole blocks
+
+    def _whole(self, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        span = self.span
+        if span is not None and not self.first_in_span:
+            merge = span.merge
+            if merge is None or x.shape[1] != merge.merged_tokens:
+                self.planned = self.planned or span.guarded
+                return self.call(*args, **kwargs)  # the stack's first block did not merge
+            self.planned = self.merged = True
+            out = self.call(*args, **kwargs)
+            if self.last_in_span:
+                residual = span.residual
+                span.merge = span.residual = None
+                return merge.unmerge_add(residual, out)
+            return out
+        guard = self.state.guard
+        if guard is not None and guard(kwargs, self.positions):
+            self.planned = True  # it would have merged: counted planned, not reached
+            if span is not None:
+                span.guarded = True
+            return self.call(*args, **kwargs)
+        merge = self._merge_plan(x)
+        if merge is None:
+            return self.call(*args, **kwargs)
+        merged, residual = merge.merge_with_residual(x)
+        self.merged = True
+        args, kwargs = _with_first(args, kwargs, merged)
+        out = self.call(*args, **kwargs)
+        if span is not None and not self.last_in_span:
+            span.merge, span.residual = merge, residual
+            return out
+        return merge.unmerge_add(residual, out)
+
+    def _grid(self, x: torch.Tensor) -> _Grid | None:
+        grid = self.state.grids.get(x.shape[1])
         if grid is None:
             self.grid_miss = True
+            return None
+        return grid if grid.merges else None
+
+    def _merge_plan(self, x: torch.Tensor) -> BandMerge | None:
+        grid = self._grid(x)
+        if grid is None:
+            return None
+        with torch.no_grad():
+            merge = _call_band(self.state, self.plan_key, x, grid, self.ratio)
+        self.planned = merge is not None
+        return merge
+
+    # -------------------------------------------------------------------------------- module by module
+
+    def _plan(self, x: torch.Tensor) -> None:
+        grid = self._grid(x)
+        if grid is None:
             return
-        if not grid.merges:
-            return
-        config = state.config
+        state, config = self.state, self.state.config
+        tokens = x.shape[1]
         num_dst = (grid.h // config.sy) * (grid.w // config.sx)
-        removed = {kind: min(int(tokens * ratio), tokens - num_dst) for kind, ratio in self.ratios.items()}
-        removed = {kind: r for kind, r in removed.items() if r > 0 and num_dst > 0}
         if self.pools:
             self.grid = (grid.h, grid.w)
-        for hook in self.modules:
-            if hook.kind == "kv" or hook.kind in removed:
-                hook.wanted = True
-        if self.pools or removed:
-            self.planned = True
-        if not removed:
-            return
-        stack = self.stack
-        if stack is not None and not self.first_in_stack and stack.plans is not None and stack.plans[0] == tokens:
-            self.plans = stack.plans
-            return
+        plans: dict[str, Any] = {}
         with torch.no_grad():
-            m = match(x, _call_partition(state, tokens, grid, x.device), config.matching)
-            by_r: dict[int, tuple[Merge, Merge]] = {}
-            plans = {kind: by_r.get(r) or by_r.setdefault(r, plan(m, r)) for kind, r in removed.items()}
-        self.plans = (tokens, plans)
-        if stack is not None:
-            stack.plans = self.plans
+            for kind, ratio in self.ratios.items():
+                if min(int(tokens * ratio), tokens - num_dst) <= 0 or num_dst <= 0:
+                    continue
+                if config.matching == "global":
+                    m = _call_match(state, self.plan_key, x, grid)
+                    plans[kind] = plan(m, int(tokens * ratio))
+                else:
+                    merge = _call_band(state, self.plan_key, x, grid, ratio)
+                    if merge is not None:
+                        plans[kind] = merge
+        for hook in self.modules:
+            if hook.kind == "kv" or hook.kind in plans:
+                hook.wanted = True
+        if self.pools or plans:
+            self.planned = True
+        self.plans = plans or None
+        self.tokens = tokens
+
+
+def _with_first(
+    args: tuple[Any, ...], kwargs: dict[str, Any], x: torch.Tensor
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(args, kwargs) with the tokens (the first positional argument, or `x`/`hidden_states`) replaced by `x`."""
+    if args:
+        return (x, *args[1:]), kwargs
+    name = next(n for n in ("x", "hidden_states") if n in kwargs)
+    return args, {**kwargs, name: x}
 
 
 class _MergeHook(_Hook):
@@ -737,18 +912,17 @@ class _MergeHook(_Hook):
         self.wanted = self.reached = self.applied = False
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        planned = None if self.passthrough else self.block.plans
-        if planned is None:
+        plans = None if self.passthrough else self.block.plans
+        if plans is None:
             return self.call(*args, **kwargs)
         self.reached = True
-        tokens, plans = planned
         pair = plans.get(self.kind)
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
-        if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != tokens:
+        if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != self.block.tokens:
             return self.call(*args, **kwargs)
-        merge, unmerge = pair
+        merge, unmerge = (pair.merge, pair.unmerge) if isinstance(pair, BandMerge) else pair
         merged = merge(x)
         self.applied = True
         # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
@@ -793,42 +967,94 @@ class _KvHook(_Hook):
         return self.call(*args, **{**kwargs, **dict.fromkeys(targets, pooled)})
 
 
+def _plan_key(config: TomeConfig, index: int, level: int, where: tuple[int, int, int] | None) -> tuple[Any, ...]:
+    """Which blocks share a merge plan within a call. Shared plans: a stack of several blocks (SDXL's, 10 at level
+    4) matches once, at its first block; the single-block stacks of a level (SD1/SD2's) share one plan per level, so
+    a call matches once per stack or level, never once per block."""
+    if not config.share_plan:
+        return ("block", index)
+    if where is not None and where[2] > 1:
+        return ("stack", where[0])
+    return ("level", level)
+
+
+def _pool_block(state: _State, module: nn.Module, index: int, level: int) -> None:
+    """Hook a block of a level that only pools self-attention's keys/values (`pool_kv`)."""
+    target = getattr(module, "attn1", None)
+    if not isinstance(target, nn.Module):
+        return
+    if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+        return
+    config = state.config
+    block = _BlockHook(state, module, index, level)
+    block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
+    block.pools = True
+    block.reset()
+    state.blocks.append(block)
+    state.hooks.append(block)
+    state.hooks.extend(block.modules)
+
+
 def _patch_block(
     state: _State,
     module: nn.Module,
     index: int,
     level: int,
     where: tuple[int, int, int] | None,
-    stacks: dict[int, _Stack],
+    spans: dict[int, _Span],
 ) -> None:
     """Hook `module` and its attention/MLP as the config asks. `where`: (stack, position, length) of the block in
-    its transformer stack; `stacks` holds the shared plans of the stacks seen so far."""
+    its transformer stack; `spans` holds the spans of the stacks seen so far."""
     config = state.config
-    if config.is_noop or not config.merges_level(level, state.auto_levels):
+    if config.is_noop:
+        return
+    if not config.merges_level(level, state.auto_levels):
+        if config.pools_level(level, state.auto_levels):
+            _pool_block(state, module, index, level)
         return
     block = _BlockHook(state, module, index, level)
+    targets = []
     for name, flag, kind in _TARGETS:
         target = getattr(module, name, None)
         if not (getattr(config, flag) and isinstance(target, nn.Module)):
             continue
         if kind == "mlp" and level < config.mlp_min_downsample:
             continue
-        if name == "attn1" and config.mode == "kv":
-            # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
-            if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
-                continue
-            block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
-        else:
-            block.modules.append(_MergeHook(block, target, name, kind))
-    if not block.modules:
+        targets.append((name, kind, target))
+    if not targets:
         return
-    kinds = {hook.kind for hook in block.modules}
-    block.pools = "kv" in kinds
-    block.ratios = {kind: r for kind, r in config.ratios_by_kind.items() if kind in kinds}
-    if config.share_plan and where is not None:
-        number, position, length = where
-        block.stack = stacks.setdefault(number, _Stack())
-        block.first_in_stack, block.last_in_stack = position == 0, position == length - 1
+    present = tuple(name for name, _, _ in _TARGETS if isinstance(getattr(module, name, None), nn.Module))
+    ratios = config.ratios_by_kind
+    block.plan_key = _plan_key(config, index, level, where)
+    if (
+        config.mode == "merge"
+        and config.matching == "local"
+        and tuple(name for name, _, _ in targets) == present
+        and len({ratios[kind] for _, kind, _ in targets}) == 1
+    ):
+        block.ratio = ratios[targets[0][1]]
+        block.names = present
+        if where is not None:
+            block.positions = range(where[1], where[1] + 1)
+        if config.share_plan and where is not None and where[2] > 1:
+            number, position, length = where
+            block.span = spans.setdefault(number, _Span())
+            block.first_in_span, block.last_in_span = position == 0, position == length - 1
+            block.positions = range(0, length)
+    else:
+        for name, kind, target in targets:
+            if name == "attn1" and config.mode == "kv":
+                # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
+                if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+                    continue
+                block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
+            else:
+                block.modules.append(_MergeHook(block, target, name, kind))
+        if not block.modules:
+            return
+        kinds = {hook.kind for hook in block.modules}
+        block.pools = "kv" in kinds
+        block.ratios = {kind: r for kind, r in ratios.items() if kind in kinds}
     block.reset()
     state.blocks.append(block)
     state.hooks.append(block)

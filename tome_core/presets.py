@@ -11,7 +11,7 @@ that runs it: its larger latent already makes each preset gain more there.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -44,6 +44,19 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class GpuMeasured:
+    """What a preset saved on a GPU: the GPU time of one UNet call (the sum of its kernels' times, fp16, SDPA, batch
+    2) of the unpatched UNet over the patched one's. That is the speed-up wherever the GPU is the bottleneck (CUDA
+    graphs, large images, a consumer card); eager on a fast GPU at small sizes the host's kernel launches bound a
+    call instead, which every preset keeps within 10% of the unpatched call's. How much the image changes does not
+    depend on the device: the hint takes it from `Measured`."""
+
+    speedup: float
+    setting: str  # the run (GPU, size, date), whose job and table are in docs/benchmarks.md
+    device: str  # in the hint's words: "an NVIDIA H100"
+
+
+@dataclass(frozen=True)
 class Preset:
     """A named setting: `TomeConfig` fields per model family, and what each was measured at."""
 
@@ -51,7 +64,8 @@ class Preset:
     label: str
     help: str
     families: Mapping[str, Mapping[str, Any]]  # family -> TomeConfig fields (others keep their defaults)
-    measured: Mapping[str, Measured]  # family -> the measurement it was chosen from
+    measured: Mapping[str, Measured]  # family -> the measurement it was chosen from (CPU, whole generations)
+    measured_gpu: Mapping[str, GpuMeasured] = field(default_factory=lambda: MappingProxyType({}))  # one GPU call
 
     def config(self, family: str) -> TomeConfig:
         """The config this preset runs with on a model of `family` ("sd" or "sdxl")."""
@@ -60,35 +74,31 @@ class Preset:
         return TomeConfig(**self.families[family])
 
 
-# SD1/SD2: Quality pools self-attention's keys/values (kv) down to level 4. Balanced adds 4x4 pools, cross-attention
-# and the feed-forward merged in the level-2 and level-4 blocks (level 1's feed-forward, where the finest detail is,
-# cost more deviation than it gained). Fast and Fastest merge whole blocks (ToMe) down to level 4 with one
-# destination per 4x4 cell: past Balanced, that bought more speed per unit of deviation than kv with a larger
-# feed-forward ratio (at 512 px kv's speed-up stalled near Balanced's), and the ratio trades one for the other.
-# Fastest merges 0.9: from 0.85 on the deviation hardly grows (the cells are down to one or two tokens) while
-# attention and the feed-forward still shrink. 2026-11-25, CPU: at 0.85 Fastest was within 1-12% of Fast across
-# runs; at 0.9 it ran 14% (512 px) and 24% (768 px) faster than ToMe 0.7 in 10-step runs (each pair two runs) and 15% in
-# the 6-step DPM++ run that `measured` holds (docs/benchmarks.md).
+# Chosen for GPUs (issue 34): each preset at most 10% more kernel-launching operations per UNet call than the
+# unpatched UNet (tests/test_gpu_budget.py), the most estimated GPU work saved (tome_bench.gpu_estimate, calibrated on
+# H200 profiles) at no more deviation than the preset of the same name before (one call, SD1.5 512 px and SDXL
+# 640 px, white-noise and natural starts; docs/benchmarks.md, 2026-11-26 fifth session). What pays on a GPU is few,
+# large kernels: pooling keys/values is one kernel per block; merging a block whole is one merge and one unmerge
+# (batched matrix products); merging attention and feed-forward one by one costs four, and merging at SD1/SD2's
+# level 1 (where the finest detail is) deviated twice as much as anywhere else for the same time saved.
+#
+# SD1/SD2: Quality pools keys/values 2x2 down to level 4; Balanced 4x4. Fast merges the level-4 blocks whole (0.95 of
+# the tokens, 8x8 cells) and pools 8x8 in the others; Fastest merges levels 2 and 4 whole.
 _SD_KV = {"mode": "kv", "max_downsample": 4}
-_SD_MLP = {
-    **_SD_KV,
-    "sx": 4,
-    "sy": 4,
-    "merge_crossattn": True,
-    "merge_mlp": True,
-    "mlp_min_downsample": 2,
-    "share_plan": True,
-}
-_SD_MERGE = {"max_downsample": 4, "sx": 4, "sy": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True}
-# SDXL: the feed-forward (45% of a step) merges only in the level-4 blocks: in the ten level-2 blocks it made most
-# of the deviation for a seventh of the feed-forward's work. Its ratio is what trades speed for deviation: Fast
-# merges it at 0.7 (at 0.5 Fast ran 1% above Balanced at 640 px), Fastest at 0.9 with 4x4 pools (at 0.8 it ran only
-# 7% above Fast in whole generations). 2026-11-26, one call at 640 px, CPU: Fastest at 0.9 2.01x against 0.8's
-# 1.79x for a little more deviation (0.0376 against 0.0358); merging whole blocks instead (ToMe 0.7, 1.91x, 0.0397)
-# or the level-2 feed-forward too (2.12x) deviated more, the latter twice as much (0.0817).
-_SDXL_MLP = {"mode": "kv", "merge_crossattn": True, "merge_mlp": True, "mlp_min_downsample": 4, "share_plan": True}
+_SD_WHOLE = {"merge_crossattn": True, "merge_mlp": True, "share_plan": True, "pool_kv": True}
+# SDXL: the level-2 blocks pool keys/values; the sixty level-4 blocks (six stacks of ten) merge whole, one plan, one
+# merge and one unmerge per stack, so the ratio buys speed for a handful of kernels.
+_SDXL_WHOLE = {"min_downsample": 4, "merge_crossattn": True, "merge_mlp": True, "share_plan": True, "pool_kv": True}
 
-_SD_RUN = "SD1.5 512 px, 6 DPM++ 2M steps, CPU (2026-11-25)"
+_GPU_RUN = "one UNet call, fp16, SDPA, batch 2, sum of kernel times, NVIDIA H100, 1024 px (2026-11-26)"
+_H100 = "an NVIDIA H100 at 1024 px"
+
+
+def _gpu(sd: float, sdxl: float) -> Mapping[str, GpuMeasured]:
+    return _frozen({"sd": GpuMeasured(sd, _GPU_RUN, _H100), "sdxl": GpuMeasured(sdxl, _GPU_RUN, _H100)})
+
+
+_SD_RUN = "SD1.5 512 px, 6 DPM++ 2M steps, CPU (2026-11-26)"
 _SDXL_RUN = "SDXL 640 px, 3 DPM++ 2M steps, CPU (2026-11-26)"
 
 _PRESETS: tuple[Preset, ...] = (
@@ -98,53 +108,69 @@ _PRESETS: tuple[Preset, ...] = (
         "Smallest change to the image: self-attention attends to keys/values pooled 2x2, every query kept.",
         families=_frozen({"sd": _frozen(_SD_KV), "sdxl": _frozen({"mode": "kv"})}),
         measured=_frozen(
-            {"sd": Measured(1.28, 0.0042, 0.0016, _SD_RUN), "sdxl": Measured(1.08, 0.0039, 0.0026, _SDXL_RUN)}
+            {
+                "sd": Measured(1.27, 0.0042, 0.0016, _SD_RUN),
+                "sdxl": Measured(1.15, 0.0039, 0.0026, _SDXL_RUN),
+            }
         ),
+        measured_gpu=_gpu(1.29, 1.06),
     ),
     Preset(
         "balanced",
         "Balanced",
-        "The default. Keys/values pooled (4x4 on SD1/SD2), cross-attention merged, the feed-forward merged"
-        " (SD1/SD2: at 0.5 in the level-2 and level-4 blocks; SDXL: at 0.3 in the level-4 blocks).",
+        "The default. Keys/values pooled 4x4 (SD1/SD2); SDXL pools 2x2 and merges a fifth of the tokens in its"
+        " level-4 blocks, whole.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MLP, "mlp_ratio": 0.5}),
-                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.3}),
+                "sd": _frozen({**_SD_KV, "sx": 4, "sy": 4}),
+                "sdxl": _frozen({**_SDXL_WHOLE, "ratio": 0.2}),
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.43, 0.0321, 0.0231, _SD_RUN), "sdxl": Measured(1.32, 0.0226, 0.0173, _SDXL_RUN)}
+            {
+                "sd": Measured(1.35, 0.0052, 0.0030, _SD_RUN),
+                "sdxl": Measured(1.2, 0.0209, 0.0174, _SDXL_RUN),
+            }
         ),
+        measured_gpu=_gpu(1.42, 1.1),
     ),
     Preset(
         "fast",
         "Fast",
-        "Faster: SD1/SD2 merge 0.7 of the tokens for whole blocks (ToMe, 4x4 cells) down to level 4;"
-        " SDXL as Balanced, the feed-forward merged at 0.7.",
+        "Faster: SD1/SD2 merge the level-4 blocks whole (0.95 of the tokens, 8x8 cells) and pool keys/values 8x8"
+        " elsewhere; SDXL merges 0.3 of the tokens in its level-4 blocks, 4x4 pools.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MERGE, "ratio": 0.7}),
-                "sdxl": _frozen({**_SDXL_MLP, "mlp_ratio": 0.7}),
+                "sd": _frozen({**_SD_WHOLE, "ratio": 0.95, "sx": 8, "sy": 8, "min_downsample": 4, "max_downsample": 4}),
+                "sdxl": _frozen({**_SDXL_WHOLE, "ratio": 0.3, "sx": 4, "sy": 4}),
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.57, 0.0611, 0.0455, _SD_RUN), "sdxl": Measured(1.56, 0.0332, 0.0258, _SDXL_RUN)}
+            {
+                "sd": Measured(1.49, 0.0224, 0.0193, _SD_RUN),
+                "sdxl": Measured(1.28, 0.0277, 0.0235, _SDXL_RUN),
+            }
         ),
+        measured_gpu=_gpu(1.5, 1.18),
     ),
     Preset(
         "fastest",
         "Fastest",
-        "The most speed, softer detail, for drafts: SD1/SD2 merge 0.9 of the tokens for whole blocks (ToMe,"
-        " 4x4 cells) down to level 4; SDXL pools keys/values 4x4 and merges the level-4 feed-forward at 0.9.",
+        "The most speed, softer detail, for drafts: SD1/SD2 merge the level-2 and level-4 blocks whole (0.95 of the"
+        " tokens, 8x8 cells); SDXL merges 0.45 of the tokens in its level-4 blocks.",
         families=_frozen(
             {
-                "sd": _frozen({**_SD_MERGE, "ratio": 0.9}),
-                "sdxl": _frozen({**_SDXL_MLP, "sx": 4, "sy": 4, "ratio": 0.7, "mlp_ratio": 0.9}),
+                "sd": _frozen({**_SD_WHOLE, "ratio": 0.95, "sx": 8, "sy": 8, "min_downsample": 2, "max_downsample": 4}),
+                "sdxl": _frozen({**_SDXL_WHOLE, "ratio": 0.45, "sx": 4, "sy": 4}),
             }
         ),
         measured=_frozen(
-            {"sd": Measured(1.8, 0.0649, 0.0515, _SD_RUN), "sdxl": Measured(1.88, 0.0366, 0.0307, _SDXL_RUN)}
+            {
+                "sd": Measured(1.61, 0.0392, 0.0347, _SD_RUN),
+                "sdxl": Measured(1.38, 0.0351, 0.0313, _SDXL_RUN),
+            }
         ),
+        measured_gpu=_gpu(1.59, 1.27),
     ),
 )
 
@@ -152,9 +178,26 @@ _PRESETS: tuple[Preset, ...] = (
 DEFAULT_PRESET = "balanced"
 
 
-def presets() -> tuple[Preset, ...]:
-    """Every preset, from the most faithful to the fastest."""
-    return _PRESETS
+class PresetList(tuple[Preset, ...]):
+    """What `presets()` returns: a tuple of the presets that prints as a table (`presets_table`), in a REPL
+    (`>>> tome_core.presets()`), with `print` and in IPython alike. Indexing and iterating give the `Preset`s."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return _table(self, None)
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's display hook."""
+        printer.text(str(self))
+
+
+def presets() -> PresetList:
+    """Every preset, from the most faithful to the fastest: a tuple of `Preset`s that prints as a table
+    (`presets_table`)."""
+    return PresetList(_PRESETS)
 
 
 def get_preset(name: str) -> Preset:
@@ -207,17 +250,27 @@ def describe_config(config: TomeConfig) -> str:
     if config.is_noop:
         return "no merging"
     kv = config.mode == "kv"
-    parts = [f"keys/values pooled over {config.sx}\u00d7{config.sy} cells"] if kv and config.merge_attn else []
+    cells = f"{config.sx}\u00d7{config.sy} cells"
+    parts = [f"keys/values pooled over {cells}"] if kv and config.merge_attn else []
     kinds = [name for name, on in (("self", config.merge_attn and not kv), ("cross", config.merge_crossattn)) if on]
-    if kinds:
-        cap = f", capped by the strides from {config.ratio:.2f}" if config.is_capped else ""
-        parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention{cap})")
-    if config.merge_mlp:
-        where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
-        parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
+    whole = not kv and config.merge_attn and config.merge_crossattn and config.merge_mlp
+    whole = whole and config.effective_mlp_ratio == config.effective_ratio and config.mlp_min_downsample <= 1
+    if whole:
+        parts.append(f"whole blocks merged, {config.effective_ratio:.2f} of the tokens")
+    else:
+        if kinds:
+            parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention)")
+        if config.merge_mlp:
+            where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
+            parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
     if not kv:
         parts.append(f"strides {config.sx}\u00d7{config.sy}")
-    parts.append(f"max downsample {config.max_downsample}")
+    levels = f"max downsample {config.max_downsample}"
+    if config.min_downsample > 1:
+        levels = f"downsample {config.min_downsample} to {config.max_downsample}"
+    parts.append(levels)
+    if config.pool_kv:
+        parts.append(f"keys/values pooled over {cells} in the other levels")
     if config.share_plan:
         parts.append("one plan per stack")
     if (config.step_start, config.step_end) != (0.0, 1.0):
@@ -250,11 +303,19 @@ def unmerged_levels(config: TomeConfig, family: str, width: int, height: int) ->
     return tuple(out)
 
 
-def preset_hint(preset: Preset | str, family: str | None = None, size: tuple[int, int] | None = None) -> str:
+def preset_hint(
+    preset: Preset | str,
+    family: str | None = None,
+    size: tuple[int, int] | None = None,
+    device: str | None = None,
+) -> str:
     """What a user reads to choose `preset`: its own words, then how much faster it made whole generations and how
     much it changed the image, as measured (`Preset.measured`), for the model `family` ("sd"/"sdxl") that runs it,
     or for every family when that is not known (None). With `size` (width, height in pixels), a note when the
     image is too small for the preset to merge at some level (`unmerged_levels`): it then gains less.
+
+    `device` is where the model runs: "cuda" gives the GPU figure (`Preset.measured_gpu`), "cpu" (or another
+    device) the CPU one; None (not known, as in a node's tooltip) gives both.
 
     How much the image changes is the measured deviation of the final latent from the unmerged one, from a start
     with a natural image's spectrum, as a percentage. Where and how the figures were measured is in
@@ -267,13 +328,17 @@ def preset_hint(preset: Preset | str, family: str | None = None, size: tuple[int
     figures = []
     for name in families:
         measured = chosen.measured.get(name)
-        if measured is None:
+        gpu = chosen.measured_gpu.get(name)
+        speed = []
+        if gpu is not None and device in (None, "cuda"):
+            speed.append(f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}")
+        if measured is not None and (device != "cuda" or gpu is None):
+            speed.append(f"about {measured.speedup:.3g}\u00d7 faster on {measured.device}")
+        if measured is None and gpu is None:
             figures.append(f"{FAMILY_LABELS[name]}: not measured")
-        else:
-            figures.append(
-                f"{FAMILY_LABELS[name]}: about {measured.speedup:.3g}\u00d7 faster on {measured.device}, the image"
-                f" changes by about {100 * measured.deviation_natural:.2g}%"
-            )
+            continue
+        change = "" if measured is None else f", the image changes by about {100 * measured.deviation_natural:.2g}%"
+        figures.append(f"{FAMILY_LABELS[name]}: {' ('.join(speed)}{')' if len(speed) > 1 else ''}{change}")
     text = f"{preset_words(chosen)}. {'; '.join(figures)}."
     if size is not None:
         where = []
@@ -312,4 +377,42 @@ def preset_details(preset: Preset | str, family: str | None = None) -> str:
                 " natural-spectrum start)"
             )
         lines.append(line)
+    return "\n".join(lines)
+
+
+def presets_table(family: str | None = None) -> str:
+    """The presets as a table for reading, one row per preset: its name (`apply_patch(model, preset=name)`), the
+    words a user chooses it by, and per model family (`family` alone when given) the measured speed-up and how much
+    the image changed (`Preset.measured`, as `preset_hint` words them); then where the figures were measured.
+    `print(tome_core.presets())` prints the table for every family."""
+    return _table(_PRESETS, family)
+
+
+def _table(listed: tuple[Preset, ...], family: str | None) -> str:
+    families = _families(family)
+
+    def cell(preset: Preset, name: str) -> str:
+        measured = preset.measured.get(name)
+        if measured is None:
+            return "not measured"
+        return f"{measured.speedup:.3g}\u00d7 faster, {100 * measured.deviation_natural:.2g}% change"
+
+    rows = [["preset", "chosen for", *(FAMILY_LABELS[name] for name in families)]]
+    for preset in listed:
+        name = f"{preset.name} (default)" if preset.name == DEFAULT_PRESET else preset.name
+        rows.append([name, preset_words(preset), *(cell(preset, f) for f in families)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows]
+    settings = {
+        name: list(dict.fromkeys(p.measured[name].setting for p in listed if name in p.measured)) for name in families
+    }
+    lines.append("")
+    lines.append(
+        "Speed-up of a whole generation and change of the image (relative deviation of the final latent, from a"
+    )
+    lines.append("natural-spectrum start), each beside the unmerged model, measured on:")
+    lines += [f"  {FAMILY_LABELS[name]}: {'; '.join(runs)}" for name, runs in settings.items() if runs]
+    lines.append(
+        "Settings per family: tome_core.get_preset(name).config(family); use: apply_patch(model, preset=name)."
+    )
     return "\n".join(lines)

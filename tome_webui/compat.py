@@ -71,6 +71,18 @@ def current_model() -> Any:
     return getattr(getattr(sd_models, "model_data", None), "sd_model", None)
 
 
+def compute_device() -> str | None:
+    """The type of the device the WebUI runs its models on ("cuda", "cpu", "mps", ...; `modules.devices.device` in
+    every host), None when the host does not say."""
+    try:
+        from modules import devices
+    except ImportError:
+        return None
+    device = getattr(devices, "device", None)
+    kind = getattr(device, "type", device)
+    return kind if isinstance(kind, str) else None
+
+
 def loaded_models() -> Iterator[Any]:
     """Every model the WebUI holds (current and cached), without loading one if none is loaded."""
     from modules import sd_models

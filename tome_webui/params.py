@@ -18,11 +18,12 @@ Positional form
                mode, matching, step_start, step_end
         14-18  hr_mode, hr_ratio, hr_max_downsample, hr_sx, hr_sy
         19-22  mlp_ratio, share_plan, preset, hr_preset
-        23     mlp_min_downsample                              (19 on: appended after the first release)
+        23     mlp_min_downsample
+        24-25  min_downsample, pool_kv                         (19 on: appended after the first release)
 
     img2img has no Hires fix pass group: its args are the txt2img order without the hires ones
-    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-17 mlp_ratio, share_plan, preset,
-    mlp_min_downsample), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for
+    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-19 mlp_ratio, share_plan, preset,
+    mlp_min_downsample, min_downsample, pool_kv), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for
     the missing tail, except that a missing `preset` or `hr_preset` means "custom": a list written before presets
     existed keeps its meaning. The WebUI fills missing args itself, with the values of a freshly built `ui()`
     (`Api.init_default_script_args`), where the speed selectors start at `UI_PRESET_DEFAULT`: the default preset
@@ -112,7 +113,15 @@ V1_FIELDS: tuple[str, ...] = (
 )
 HIRES_ARGS: tuple[str, ...] = tuple(f"hr_{name}" for name in HIRES_FIELDS)
 #: Args added after the first release, in the order they were added: new args are only ever appended here.
-APPENDED_ARGS: tuple[str, ...] = ("mlp_ratio", "share_plan", "preset", "hr_preset", "mlp_min_downsample")
+APPENDED_ARGS: tuple[str, ...] = (
+    "mlp_ratio",
+    "share_plan",
+    "preset",
+    "hr_preset",
+    "mlp_min_downsample",
+    "min_downsample",
+    "pool_kv",
+)
 #: The positional order of the script's args in txt2img (= the order of the components `ui()` returns). A field
 #: added to TomeConfig later and not yet listed in APPENDED_ARGS lands at the end.
 ARG_NAMES: tuple[str, ...] = (
@@ -194,7 +203,7 @@ class TomeJob:
         if not is_hr_pass:
             if self.preset == CUSTOM:
                 return self.first
-            return get_preset(self.preset).config(_family(family)).replace(**dict(self.changes))
+            return _overlay(get_preset(self.preset).config(_family(family)), self.changes)
         if self.hires_mode == "off":
             return None
         if self.hires_preset == CUSTOM:
@@ -202,7 +211,7 @@ class TomeJob:
             assert base is not None
         else:
             base = get_preset(self.hires_preset).config(_family(family))
-        return base.replace(**dict(self.hires_changes)) if self.hires_changes else base
+        return _overlay(base, self.hires_changes) if self.hires_changes else base
 
     def config_for(self, is_hr_pass: bool, family: str | None = None) -> TomeConfig | None:
         """The config a pass patches the model with, or None when that pass must not merge."""
@@ -214,6 +223,17 @@ class TomeJob:
         if self.needs_family(is_hr_pass):
             return True
         return self.config_for(is_hr_pass) is not None
+
+
+def _overlay(base: TomeConfig, changes: Changes) -> TomeConfig:
+    """`base` with `changes` laid over it. A max downsample given below the first level `base` merges from (a preset's
+    `min_downsample`, which the hires controls do not show) merges from level 1 instead: the value the user set is
+    the one that runs, and nothing is refused for a field the user never saw."""
+    values = dict(changes)
+    top = values.get("max_downsample")
+    if "min_downsample" not in values and top not in (None, "auto") and int(top) < base.min_downsample:
+        values["min_downsample"] = 1
+    return base.replace(**values)
 
 
 def _family(family: str | None) -> str:

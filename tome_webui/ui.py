@@ -8,16 +8,18 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
                        `<id>-visible-checkbox` in its label
     preset             radio "Speed": Quality / Balanced / Fast / Fastest / Custom (values: the preset names
                        of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
-    cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, in the user's words what it
-                       gains and changes for the loaded model's family (both families while none is known), as
-                       measured (`tome_core.presets.preset_hint`), and a note when the image is too small for it to
-                       merge at some level, with what it runs in the note's tooltip (`preset_details`); for Custom,
-                       the ratio actually merged and whether the strides cap it (class `tome-capped` when they do),
-                       or the pooling in kv mode; plus the Hires fix pass where it differs from the first pass.
-                       Once javascript/tome.js has sent the image size (`page_values`), it is followed by the token
-                       hint, a `div.tome-token-hint` with the id of the item `token_hint`, the details line: the
-                       tokens per attention layer before and after merging, per pass, counted by
-                       `tome_core.describe_layout`
+    cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, one line in the user's words,
+                       what it gains and changes for the loaded model's family (both families while none is
+                       known), as measured (`preset_hint` in tome_core/presets.py), and a note when the image is
+                       too small for it to merge at some level, with what it runs and its tokens per level in the
+                       note's tooltip (`preset_details`, `token_details`); for Custom, the ratio merged or the
+                       pooling in kv mode; plus a line for the Hires fix pass where it runs other values than the
+                       first pass. Settings the core refuses (a ratio the strides cannot reach, ...) show its
+                       message instead, with the class `tome-invalid` in the theme's error colour. Once
+                       javascript/tome.js has sent the image size (`page_values`), it is followed by the token
+                       hint, a `div.tome-token-hint` with the id of the item `token_hint`: for each pass that runs
+                       Custom values, the tokens per attention layer before and after merging, counted by
+                       `tome_core.describe_layout` for the loaded family (empty for presets)
     page_values        hidden textbox: javascript/tome.js writes into it, as JSON (`PageValues`), the values of
                        the controls the note reads, as their `.change` events hand them to it in the browser
                        (`changed_js`), and the WebUI's own controls the token hint needs, whenever an edit of one
@@ -27,7 +29,7 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
                        the main controls
     advanced           the "Advanced" accordion holding:
     use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio, share_plan,
-    mlp_min_downsample
+    mlp_min_downsample, min_downsample, pool_kv
     hires              txt2img only: the Hires fix pass group (container) holding:
     hr_mode            radio "Same as first pass" / "Own settings" / "Off" (values "same", "own", "off")
     hr_settings        the column shown only for "Own settings", holding:
@@ -308,19 +310,24 @@ def note_function(is_img2img: bool) -> Callable[[Any], str]:
     import gradio as gr
 
     def handler(event: Any) -> str:
-        return note_for_page(getattr(event, "_data", None), is_img2img=is_img2img, family=loaded_family())
+        return note_for_page(
+            getattr(event, "_data", None),
+            is_img2img=is_img2img,
+            family=loaded_family(),
+            device=compat.compute_device(),
+        )
 
     handler.__annotations__ = {"event": gr.EventData, "return": str}  # gradio finds EventData by annotation
     return handler
 
 
-def note_for_page(text: Any, *, is_img2img: bool, family: str | None = None) -> str:
+def note_for_page(text: Any, *, is_img2img: bool, family: str | None = None, device: str | None = None) -> str:
     """The note for the JSON javascript/tome.js wrote (`PageValues`): the controls' values in it, the token hint
     for its sizes; the note at the controls' defaults before it wrote any."""
     page = PageValues.from_json(text)
     names = note_args(is_img2img)
     values = {name: value for name, value in (page.controls if page else {}).items() if name in names}
-    return note_html(values, is_img2img=is_img2img, page=page, family=family)
+    return note_html(values, is_img2img=is_img2img, page=page, family=family, device=device)
 
 
 def loaded_family() -> str | None:
@@ -350,20 +357,15 @@ def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
     return job
 
 
-def _custom_line(prefix: str, config: TomeConfig) -> tuple[str, bool]:
-    """The cap note of custom settings: the ratio actually merged, or the keys/values pooling in kv mode."""
+def _custom_line(prefix: str, config: TomeConfig) -> str:
+    """The note of custom settings: the ratio merged, or the keys/values pooling in kv mode. (A ratio the strides
+    cannot reach never gets here: `TomeConfig` refuses it, and the note shows that error.)"""
     if config.mode == "kv":
-        if config.sx * config.sy == 1:
-            return f"{prefix}strides 1\u00d71 pool nothing: no merging", False
         unused = "" if config.ratios_by_kind else " (the ratio is unused)"
-        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}", False
-    if config.is_capped:
-        text = (
-            f"{prefix}strides {config.sx}\u00d7{config.sy} cap the ratio at {config.max_ratio:.2f}:"
-            f" merging {config.effective_ratio:.2f} of the tokens, not {config.ratio:.2f}"
-        )
-        return text, True
-    return f"{prefix}merging {config.effective_ratio:.2f} of the tokens", False
+        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}"
+    if config.is_noop:
+        return f"{prefix}no merging"
+    return f"{prefix}merging {config.effective_ratio:.2f} of the tokens"
 
 
 def note_html(
@@ -372,14 +374,20 @@ def note_html(
     is_img2img: bool,
     page: PageValues | None = None,
     family: str | None = None,
+    device: str | None = None,
 ) -> str:
     """HTML for the note under the speed selector (see the module docstring), from the `note_args` values; with
     the `page` values, the token hint follows it. `family`: the loaded model's ("sd"/"sdxl"), None when unknown
-    (then every family is shown)."""
+    (then every family is shown). `device`: where the WebUI runs models ("cuda": the preset's GPU figure, another
+    device: the CPU figure, None: both).
+
+    A preset is one line in the family's words (`preset_hint`); what it runs and its tokens per level are in the
+    note's tooltip. Settings the core refuses (a ratio the strides cannot reach, say) show its message, marked
+    `tome-invalid`: the WebUI swallows errors raised while generating, so this is where a user sees them first."""
     try:
         job = note_job(values, is_img2img=is_img2img)
     except TomeArgsError as exc:
-        note = _html([(f"invalid settings: {exc}", False)])
+        note = _html([(f"invalid settings: {exc}", True)])
         if page is None:
             return note
         return note + token_hint_html(None, page, is_img2img=is_img2img)
@@ -387,15 +395,17 @@ def note_html(
     lines: list[tuple[str, bool]] = []
     details: list[str] = []
     if job.needs_family(False):
-        lines.append((preset_hint(job.preset, family, size), False))
+        lines.append((preset_hint(job.preset, family, size, device), False))
         details.append(preset_details(job.preset, family))
     else:
-        lines.append(_custom_line("", job.first))
+        lines.append((_custom_line("", job.first), False))
     if not is_img2img:
         hires_size = page.hires_size() if page is not None else None
-        hires_lines, hires_details = _hires_lines(job, family, hires_size)
+        hires_lines, hires_details = _hires_lines(job, family, hires_size, device)
         lines += hires_lines
         details += hires_details
+    if page is not None:
+        details += token_details(job, page, is_img2img=is_img2img, family=family)
     note = _html(lines, title="\n".join(details))
     if page is None:
         return note
@@ -407,34 +417,39 @@ def _families(family: str | None) -> tuple[str, ...]:
 
 
 def _hires_lines(
-    job: TomeJob, family: str | None, size: tuple[int, int] | None
+    job: TomeJob, family: str | None, size: tuple[int, int] | None, device: str | None = None
 ) -> tuple[list[tuple[str, bool]], list[str]]:
-    """The hires pass's lines where it differs from the first pass, and its details."""
+    """The hires pass's lines where it runs other values than the first pass (whether "Same as first pass" or "Own
+    settings" at the same preset), and its details."""
     if job.hires_mode == "off":
         return [("Hires pass: no merging", False)], []
     if not job.needs_family(True):
         hires = job.pass_config(True)
-        return ([_custom_line("Hires pass: ", hires)] if job.hires_mode == "own" and hires is not None else []), []
+        own = job.hires_mode == "own" and hires is not None
+        return ([(_custom_line("Hires pass: ", hires), False)] if own else []), []
     configs = {f: job.pass_config(True, f) for f in _families(family)}
-    if job.hires_mode == "same" and all(c == job.pass_config(False, f) for f, c in configs.items()):
+    if all(c == job.pass_config(False, f) for f, c in configs.items()):
         return [], []
     if job.hires_preset != CUSTOM and not job.hires_changes:  # a preset of its own
-        return [(f"Hires pass: {preset_hint(job.hires_preset, family, size)}", False)], [
+        label = PRESET_LABELS[job.hires_preset]
+        return [(f"Hires pass, {label}: {preset_hint(job.hires_preset, family, size, device)}", False)], [
             f"Hires pass, {line}" for line in preset_details(job.hires_preset, family).splitlines()
         ]
     lines = [
-        (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c)}", c.is_capped)
-        for f, c in configs.items()
-        if c is not None
+        (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c)}", False) for f, c in configs.items() if c is not None
     ]
     return lines, []
 
 
 def _html(lines: Sequence[tuple[str, bool]], title: str = "") -> str:
-    capped = any(flag for _, flag in lines)
+    """The note's div: its lines, each flagged True when it is an error (class `tome-invalid`, in the theme's error
+    colour), and its tooltip."""
+    invalid = any(flag for _, flag in lines)
     body = "<br>".join(html.escape(text) for text, _ in lines)
     tip = f' title="{html.escape(title, quote=True)}"' if title else ""
-    return f'<div class="tome-cap-note{" tome-capped" if capped else ""}"{tip}>{body}</div>'
+    if invalid:  # inline: the extension ships no style.css; gradio's theme variable, with a fallback
+        return f'<div class="tome-cap-note tome-invalid" style="color: var(--error-text-color, #dc2626);"{tip}>{body}</div>'
+    return f'<div class="tome-cap-note"{tip}>{body}</div>'
 
 
 # ---------------------------------------------------------------------------------------------- the token hint
@@ -531,7 +546,7 @@ def _number(value: Any) -> float | None:
 def _levels_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit: bool) -> str:
     """The levels `config` merges ("4096 -> 2048 tokens at 1/1, ..."), counted by `tome_core.describe_layout`; a
     level whose grid is smaller than one cell merges nothing ("256 tokens unmerged at 1/4", `unmerged_levels`)."""
-    width, height = size
+    width, height = size[0] // 8 * 8, size[1] // 8 * 8  # the latent is pixels // 8 (a hires size may be any)
     word = " keys/values" if config.mode == "kv" else " tokens"  # kv mode: the pooled keys/values attended to
     infos = [info for info in tome_core.describe_layout(FAMILY_LAYOUTS[family], height, width, config) if info.merging]
     unmerged = unmerged_levels(config, family, width, height) if config.mode == "merge" else ()
@@ -547,7 +562,8 @@ def _levels_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit
 
 def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: str | None = None) -> str:
     """One pass's tokens: per model family for a preset (the loaded one's alone when known), else the custom
-    settings on SD1/SD2 (and on SDXL too with max downsample "auto", where the levels differ by family)."""
+    settings on the loaded family's layout, or while none is known on SD1/SD2's (and on SDXL's too with max
+    downsample "auto", where the levels differ by family)."""
     if job.needs_family(is_hr_pass):
         parts = []
         for name in _families(family):
@@ -561,6 +577,8 @@ def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: st
     assert config is not None
     if config.is_noop:
         return "no merging"
+    if family is not None:
+        return _levels_text(family, size, config, unit=True) or "no attention at these levels"
     text = _levels_text("sd", size, config, unit=True)
     if config.max_downsample == "auto":
         text += f" (SDXL: {_levels_text('sdxl', size, config, unit=False)})"
@@ -571,29 +589,63 @@ def token_hint_title() -> str:
     """The token hint's hover text; which levels "auto" merges comes from `tome_core.describe_layout`."""
     autos = []
     for family in FAMILIES:
-        levels = [i.level for i in tome_core.describe_layout(FAMILY_LAYOUTS[family]) if i.merging]
+        auto = TomeConfig(max_downsample="auto")
+        levels = [i.level for i in tome_core.describe_layout(FAMILY_LAYOUTS[family], config=auto) if i.merging]
         autos.append(f"at {' and '.join(f'1/{level}' for level in levels)} on {FAMILY_LABELS[family]}")
     return (
         "Image tokens per attention layer, before and after merging, at the size set above (latent = pixels / 8;"
         ' level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max downsample "auto" ToMe'
-        f" merges {' and '.join(autos)}; a preset has its own settings per model family: the loaded model's is"
-        " shown, both while none is loaded."
+        f" merges {' and '.join(autos)}. Shown for Custom settings, counted for the loaded model's family (SD1/SD2"
+        " and SDXL while none is loaded); a preset's are in the tooltip of the line above."
     )
 
 
-def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool, family: str | None = None) -> str:
-    """The token hint (`div.tome-token-hint`, id of the item `token_hint`): a line for the first pass, and in
-    txt2img one for the Hires fix pass while it is on, counted for the layout of each family shown
-    (`FAMILY_LAYOUTS`; `family` alone when known); no lines without a `job` (invalid settings). `data-tome-send`
-    echoes the page values' `send`, so javascript/tome.js can tell which of its sends the hint answers."""
-    lines = []
+def _is_custom(job: TomeJob, is_hr_pass: bool) -> bool:
+    """Whether a pass runs the Custom controls' values (the first pass's, or the hires pass's own), not a preset."""
+    if not is_hr_pass or job.hires_mode != "own":
+        return job.preset == CUSTOM
+    return job.hires_preset == CUSTOM
+
+
+def _token_lines(
+    job: TomeJob, page: PageValues, *, is_img2img: bool, family: str | None
+) -> list[tuple[bool, str, str]]:
+    """Per pass: (whether it runs Custom values, its label, its tokens per level); the hires pass in txt2img
+    while Hires fix is on."""
     size = page.size()
-    if job is not None and size is not None:
-        lines.append(_pass_hint(job, False, size, family))
-        hires = None if is_img2img else page.hires_size()
-        if hires is not None:
-            label = f"Hires pass ({hires[0]}\u00d7{hires[1]}): "
-            lines.append(label + ("no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires, family)))
+    if size is None:
+        return []
+    out = [(_is_custom(job, False), "", _pass_hint(job, False, size, family))]
+    hires = None if is_img2img else page.hires_size()
+    if hires is not None:
+        text = "no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires, family)
+        out.append((_is_custom(job, True), f"Hires pass ({hires[0]}\u00d7{hires[1]}): ", text))
+    return out
+
+
+def token_details(job: TomeJob, page: PageValues, *, is_img2img: bool, family: str | None = None) -> list[str]:
+    """The tokens per level of the passes that run a preset, for the note's tooltip (a user choosing a preset
+    reads its line; the counts are there on hover)."""
+    lines = _token_lines(job, page, is_img2img=is_img2img, family=family)
+    size = page.size()
+    first = f"Tokens per attention layer ({size[0]}\u00d7{size[1]}): " if size else ""
+    return [f"{label or first}{text}" for custom, label, text in lines if not custom]
+
+
+def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool, family: str | None = None) -> str:
+    """The token hint (`div.tome-token-hint`, id of the item `token_hint`): for each pass that runs Custom values, a
+    line of its tokens per level (the first pass, and in txt2img the Hires fix pass while it is on), counted for
+    the loaded family's layout (`FAMILY_LAYOUTS`; both families while none is known); a pass that runs a preset
+    has its line in the note's tooltip instead (`token_details`). No lines without a `job` (invalid settings).
+    Always in the page, empty or not: `data-tome-send` echoes the page values' `send`, so javascript/tome.js can
+    tell which of its sends the hint answers."""
+    lines = []
+    if job is not None:
+        lines = [
+            label + text
+            for custom, label, text in _token_lines(job, page, is_img2img=is_img2img, family=family)
+            if custom
+        ]
     element_id = elem_id("img2img" if is_img2img else "txt2img", "token_hint")
     # Inline style: the extension ships no style.css; these are gradio's theme variables.
     style = "font-size: var(--text-sm); color: var(--body-text-color-subdued); margin-top: 0.25em;"

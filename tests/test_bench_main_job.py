@@ -1,0 +1,255 @@
+"""The benchmark's main job (`python -m tome_bench` with no option that picks variants, what `make bench` runs):
+every preset of both families beside the unpatched UNet and tomesd, the GPU estimate beside the CPU figures, CUDA
+when there is one, a progress display with the time left from the first call, and printed sizes that are the
+measured ones (issue 33, section 2)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import tome_bench
+import tome_core
+from tome_bench import archs, cli, gpu_estimate, gpu_table, run
+from tome_bench.progress import Progress, clock_text
+
+PRESETS = [p.name for p in tome_core.presets()]
+TOMESD = run.load_tomesd()[0]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_the_default_is_the_main_job_of_both_families(no_cuda: None) -> None:
+    """No option: SD1.5 at 512 px and SDXL at 640 px, the unpatched UNet, every preset (read at run time) and
+    tomesd at its defaults; an untimed round on the natural latent first, then four timed rounds on noise; the
+    GPU estimate's grid. Checked on the parsed options and the plan of calls, without running it."""
+    opts = cli.parse_options([])
+    assert opts.main_job and not opts.estimate_only
+    assert opts.device.type == "cpu" and opts.dtype == torch.float32 and opts.device_note is None
+    assert [a.name for a in opts.arches] == ["sd15", "sdxl"]
+    assert opts.arch_sizes == {"sd15": [(512, 512)], "sdxl": [(640, 640)]}
+    assert opts.sizes_of("sd15") == [(512, 512)] and opts.sizes_of("sdxl") == [(640, 640)]
+    assert opts.variants == ["baseline", "tomesd"] and opts.ratios == [0.5] and opts.tomesd_max_downsample == "1"
+    assert opts.presets == PRESETS and opts.extra_ours == [] and opts.ours_fields == {}
+    assert (opts.repeats, opts.warmup, opts.latents) == (4, 0, ["noise", "natural"])
+    assert opts.estimate_sizes == {"sd15": [512, 768, 1024], "sdxl": [1024]} and opts.gpu == "h200"
+    assert opts.out == Path("bench-out") and opts.steps is None and opts.compile_mode is None
+    assert run.extra_latents_first(opts) and not run.primes(opts)
+
+    # The plan: the variants of each family as the run makes them (on meta-device UNets: nothing computed).
+    calls = {}
+    for spec in opts.arches:
+        variants = run.run_variants(opts, gpu_estimate.meta_unet(spec.name), TOMESD)
+        labels = [v.label for v in variants]
+        presets = [f"ours:preset={name}" for name in PRESETS]
+        # tomesd's default max_downsample=1 reaches no attention block of SDXL: left out, the report says why
+        tomesd = ["tomesd r=0.5"] if TOMESD is not None and spec.name == "sd15" else []
+        assert labels == ["baseline", *tomesd, *presets], spec.name
+        calls[spec.name] = run.calls_per_size(opts, len(variants))
+    assert calls == {"sd15": 5 * (1 + len(PRESETS) + (TOMESD is not None)), "sdxl": 5 * (1 + len(PRESETS))}
+
+
+def test_the_main_jobs_knobs_and_the_comparison_options(no_cuda: None) -> None:
+    """--arch, --sizes (ARCH:SIZE for one family), --presets, --repeats adjust the main job; an option that picks
+    variants or a matrix runs that comparison as before, --compare the default before the main job."""
+    opts = cli.parse_options(["--arch", "sd15", "--sizes", "768", "--presets", "fast", "--repeats", "2"])
+    assert opts.main_job and opts.arch_sizes == {"sd15": [(768, 768)]} and opts.presets == ["fast"]
+    assert opts.repeats == 2 and opts.estimate_sizes == {"sd15": [512, 768, 1024]}
+    opts = cli.parse_options(["--sizes", "sdxl:768x512,sdxl:1024"])
+    assert opts.arch_sizes == {"sd15": [(512, 512)], "sdxl": [(512, 768), (1024, 1024)]}
+    for argv in (["--compare"], ["--variants", "baseline,ours,tomesd"], ["--arch", "sd15", "--ratios", "0.5"]):
+        old = cli.parse_options(argv)
+        assert not old.main_job and old.estimate_sizes == {}, argv
+        assert [a.name for a in old.arches] == ["sd15"] and old.sizes == [(512, 512), (1024, 1024)]
+        assert (old.ratios, old.repeats, old.warmup, old.latents) == ([0.5], 3, 0, ["noise"])
+        assert old.variants == ["baseline", "ours", "tomesd"] and old.presets == []
+    assert cli.parse_options(["--compare"]).arch_sizes == {"sd15": [(512, 512), (1024, 1024)]}
+    assert not cli.parse_options(["--quick"]).main_job and not cli.parse_options(["--steps", "2"]).main_job
+    with pytest.raises(SystemExit):
+        cli.parse_options(["--sizes", "sdxl:640", "--arch", "sd15"])  # sdxl is not run
+    with pytest.raises(SystemExit):
+        cli.parse_options(["--compare", "--full"])
+
+
+def test_cuda_is_the_main_jobs_default_device_in_fp16(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where torch.cuda.is_available(), the main job runs on the GPU in fp16 and says so; --device cpu (or --clock
+    cpu) keeps it on the CPU, and a comparison stays on the CPU unless told. Option parsing only: CUDA is faked."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Test GPU")
+    opts = cli.parse_options([])
+    assert opts.main_job and opts.device.type == "cuda" and opts.dtype == torch.float16 and opts.dtype_name == "fp16"
+    assert opts.device_note is not None and "CUDA" in opts.device_note and "fp16" in opts.device_note
+    assert opts.arch_sizes == {"sd15": [(512, 512), (1024, 1024)], "sdxl": [(1024, 1024)]} and opts.repeats == 20
+    header = cli.main_job_header(opts, None)
+    assert "On cuda in fp16 on the NVIDIA Test GPU" in header and opts.device_note in header
+    forced = cli.parse_options(["--device", "cpu"])
+    assert (forced.device.type, forced.dtype, forced.device_note) == ("cpu", torch.float32, None)
+    assert forced.arch_sizes == {"sd15": [(512, 512)], "sdxl": [(640, 640)]} and forced.repeats == 4
+    assert cli.parse_options(["--clock", "cpu"]).device.type == "cpu"
+    assert cli.parse_options(["--compare"]).device.type == "cpu"
+    assert cli.parse_options(["--gpu-estimate"]).device.type == "cpu"
+
+
+def test_gpu_estimate_prints_only_the_estimate_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--gpu-estimate for real on SD1.5 at 512 px (a meta-device trace: seconds, nothing built or timed) and a
+    tiny SDXL-like UNet, where tomesd's default merges nothing: the table, the GPU and the model's source, no file."""
+    out = tmp_path / "never"
+    argv = ["--gpu-estimate", "--arch", "sd15,tiny-xl", "--sizes", "sd15:512,tiny-xl:64", "--out", str(out)]
+    assert tome_bench.main(argv) == 0
+    printed = capsys.readouterr()
+    text = printed.out
+    assert not out.exists()
+    spec = gpu_estimate.GPUS["h200"]
+    assert "## What to expect on a GPU (estimated, not measured: NVIDIA H200, fp16)" in text
+    assert spec.source in text and "meta device" in text and "cost model" in text
+    assert "| SD1.5 512 px, H200 (est.) |" in text and "| ops added, SD1.5 |" in text
+    assert "median s" not in text  # nothing timed
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    for preset in tome_core.presets():
+        assert preset.label in rows, preset.name
+    # the table's Fast cell is gpu_estimate's own figure for apply_patch(unet, preset="fast")
+    [fast] = gpu_estimate.estimate_rows("sd15", [512], {"fast": lambda u: tome_core.apply_patch(u, preset="fast")})
+    assert rows["Fast"].split(" | ")[1] == f"{fast.speedup:.2f}x"
+    assert rows["Fast"].split(" | ")[3] == f"{fast.ops_added:+.0%}"
+    if TOMESD is not None:
+        assert rows["tomesd r=0.5"].split(" | ")[2] == "merges nothing"  # tiny-xl: max_downsample=1 reaches none
+    assert re.search(r"GPU estimate: sd15 512 px on the NVIDIA H200, traced on the meta device: [\d.]+ s", printed.err)
+
+
+def _sizes_in(text: str) -> set[str]:
+    """Every image size the text names: '512px', '512 px', '768x512px'."""
+    return set(re.findall(r"\b(\d+(?:x\d+)?) ?px\b", text))
+
+
+def test_main_job_runs_writes_the_estimate_beside_the_timings_and_prints_only_measured_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_cuda: None
+) -> None:
+    """The main job for real on tiny UNets (one timed round): progress lines with the time left from the first
+    call on, the results and the GPU table in the report and the JSON, the natural latent's deviation, the output
+    folder named at the start and the end; every size it prints is one it measured."""
+    out = tmp_path / "bench-out"
+    argv = ["--arch", "tiny,tiny-xl", "--sizes", "tiny:64,tiny-xl:32", "--repeats", "1", "--threads", "1"]
+    assert tome_bench.main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    data = json.loads((out / "bench.json").read_text())
+    rows = {(r["arch"], r["size"], r["variant"]): r for r in data["rows"]}
+    presets = [f"ours:preset={name}" for name in PRESETS]
+    tomesd = ["tomesd"] if TOMESD is not None else []
+    assert [v for a, _, v in rows if a == "tiny"] == ["baseline", *tomesd, *presets]
+    assert [v for a, _, v in rows if a == "tiny-xl"] == ["baseline", *presets]  # tomesd merges nothing there
+    assert {(a, s) for a, s, _ in rows} == {("tiny", "64"), ("tiny-xl", "32")}
+    for key, row in rows.items():
+        assert row["error"] is None and set(row["deviations"]) == {"noise", "natural"}, key
+        assert (row["deviation"] == 0.0) == (key[2] == "baseline"), key
+    estimate = data["gpu_estimate"]
+    assert estimate["gpu"] == "NVIDIA H200" and estimate["source"] == gpu_estimate.GPUS["h200"].source
+    assert {(r["arch"], r["size"]) for r in estimate["rows"]} == {("tiny", 64), ("tiny-xl", 32)}
+    assert all(r["speedup"] > 0 for r in estimate["rows"])
+    md = (out / "bench.md").read_text()
+    assert "## What to expect on a GPU (estimated, not measured: NVIDIA H200, fp16)" in md
+    assert "(measured)" in md and "H200 (est.)" in md and "before the timed ones" in md
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    measured = {"64", "32"}
+    # the estimate's explanation names the sizes its cost model was fitted at: no size of this run
+    stdout = printed.out.replace(gpu_table.explanation("h200"), "")
+    assert _sizes_in(stdout) == measured and _sizes_in(printed.err) == measured
+    assert f"Output: {out}/" in printed.out and f"are in {out}/: bench.md, bench.json, bench.png" in printed.out
+    calls = [line for line in printed.err.splitlines() if line.startswith("[")]
+    total = int(calls[0].split("/")[1].split("]")[0])
+    assert len(calls) == total == 2 * (1 + len(tomesd) + len(PRESETS)) + 2 * (1 + len(PRESETS))
+    assert all("left (ends about" in line for line in calls)  # the time left from the first call on
+    assert calls[0].startswith(f"[ 1/{total}] tiny 64px baseline natural latent: ")
+
+
+def test_quick_smoke_run_prints_the_sizes_it_measures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A comparison whose operations per merged block are counted at 256 px while its calls are timed at 320 px
+    says which is which: every call's line names 320 px, the count's line 256 px and what it counts."""
+    out = tmp_path / "o"
+    argv = ["--arch", "tiny", "--quick", "--sizes", "320", "--variants", "ours", "--threads", "1", "--out", str(out)]
+    assert tome_bench.main(argv) == 0
+    err = capsys.readouterr().err
+    calls = [line for line in err.splitlines() if line.startswith("[")]
+    ops = [line for line in calls if "counting operations" in line]
+    assert len(ops) == 1 and "tiny 256px counting operations per merged block" in ops[0]
+    timed = [line for line in calls if line not in ops]
+    assert len(timed) == 4 and all(" tiny 320px " in line for line in timed)  # warm-up and timed: baseline, ours
+    data = json.loads((out / "bench.json").read_text())
+    assert {r["size"] for r in data["rows"]} == {"320"}
+    assert any("counted at 256 px" in n for n in data["notes"])
+
+
+def test_progress_estimates_the_time_left_from_each_groups_flops_then_its_own_calls() -> None:
+    now = [0.0]
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> None:
+            lines.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    progress = Progress(stream=Sink(), clock=lambda: now[0])  # type: ignore[arg-type]
+    progress.plan_calls("a", calls=3, flops=1.0)
+    progress.plan_calls("b", calls=2, flops=4.0)
+    progress.plan_task("build b", "build", guess_s=5.0)
+    assert progress.left_s() is None and "known after the first call" in progress.status()
+    progress.group("a")
+    progress.set_postfix_str("a baseline")
+    now[0] = 2.0
+    progress.update(1)
+    # a: 2 more calls at 2 s; b: 2 calls at 4x a's FLOPs (8 s each); the build's guess
+    assert progress.left_s() == pytest.approx(2 * 2.0 + 2 * 8.0 + 5.0)
+    assert lines[0].startswith("[1/5] a baseline: 2.0 s | 0:02 elapsed, about 0:25 left")
+    with progress.task("build b", "building b"):
+        now[0] = 12.0  # twice the guess: later builds are guessed twice as long
+    assert progress.tasks["build b"].seconds == 10.0
+    progress.group("b")
+    progress.set_postfix_str("b baseline")
+    now[0] = 18.0
+    progress.update(1)
+    assert progress.left_s() == pytest.approx(2 * 2.0 + 6.0)  # b's own call now prices b's last one
+    # a group's first call pays one-time costs (on CUDA seconds, against milliseconds): once a second call is
+    # done, the first prices nothing
+    progress.group("a")
+    progress.set_postfix_str("a ours")
+    now[0] = 19.0
+    progress.update(1)
+    assert progress.left_s() == pytest.approx(1 * 1.0 + 6.0)
+    assert clock_text(62.4) == "1:02" and clock_text(3725) == "1:02:05"
+
+
+def test_the_readme_names_the_main_jobs_time_output_and_content() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Benchmark and tests") :]
+    section = section[: section.index("\n## ", 5)] if "\n## " in section[5:] else section
+    assert "make bench" in section and "bench-out/" in section and "10 min" in section
+    assert "GPU" in section and "--gpu-estimate" in section and "preset" in section
+    assert archs.get_arch("sdxl").label in section and "640 px" in section
+
+
+def test_gpu_table_lists_the_presets_first() -> None:
+    row = gpu_estimate.EstimateRow("sd15", 512, "ours:preset=fast", "h200", 5.0, 10.0, 110, 100, 120, 1.0, 2.0)
+    other = gpu_estimate.EstimateRow("sd15", 512, "tomesd r=0.5", "h200", 12.5, 10.0, 120, 100, 130, 1.0, 2.0)
+    table = gpu_table.format_table([other, row], ["tomesd r=0.5", "ours:preset=fast"])
+    body = table.splitlines()[2:]
+    assert body[0].startswith("| unpatched: GPU work per call / kernel-launching ops | 10.0 ms | 100 ops |")
+    assert body[1] == "| Fast | 2.00x | +10% |" and body[2] == "| tomesd r=0.5 | 0.80x | +20% |"

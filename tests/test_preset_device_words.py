@@ -1,0 +1,79 @@
+"""Words for the device the user has (issue 34): the hint under *Speed*, the ComfyUI tooltip and the README give the
+figure measured on a GPU when the model runs on CUDA, the CPU figure on a CPU, both where the device is unknown.
+
+Every expected figure comes from `Preset.measured` / `Preset.measured_gpu`, none is typed here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tome_core import FAMILIES, presets
+from tome_core.presets import FAMILY_LABELS, preset_hint
+from tome_webui import compat, ui
+
+PRESETS = list(presets())
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _gpu_words(preset, family: str) -> str:
+    gpu = preset.measured_gpu[family]
+    return f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}"
+
+
+def _cpu_words(preset, family: str) -> str:
+    measured = preset.measured[family]
+    return f"about {measured.speedup:.3g}\u00d7 faster on {measured.device}"
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_preset_has_a_gpu_figure_per_family(preset, family: str) -> None:
+    gpu = preset.measured_gpu[family]
+    assert gpu.speedup > 1 and "GPU" not in gpu.device and gpu.device.startswith("an NVIDIA")
+    assert "NVIDIA" in gpu.setting or "H100" in gpu.setting
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_hint_speaks_of_the_device_the_model_runs_on(preset, family: str) -> None:
+    on_gpu = preset_hint(preset, family, device="cuda")
+    on_cpu = preset_hint(preset, family, device="cpu")
+    unknown = preset_hint(preset, family)
+    assert _gpu_words(preset, family) in on_gpu and _cpu_words(preset, family) not in on_gpu
+    assert _cpu_words(preset, family) in on_cpu and _gpu_words(preset, family) not in on_cpu
+    assert _gpu_words(preset, family) in unknown and _cpu_words(preset, family) in unknown
+    change = f"the image changes by about {100 * preset.measured[family].deviation_natural:.2g}%"
+    assert all(change in text for text in (on_gpu, on_cpu, unknown))
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_webui_note_follows_the_webui_device(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    monkeypatch.setattr(compat, "compute_device", lambda: device)
+    monkeypatch.setattr(ui, "loaded_family", lambda: None)  # no model loaded: both families
+    page = {"width": 512, "height": 512, "hires": False, "hr_scale": 2, "send": 3, "controls": {"preset": "fast"}}
+    shown = ui.note_function(False)(type("Event", (), {"_data": json.dumps(page)})())
+    fast = next(p for p in PRESETS if p.name == "fast")
+    for family in FAMILIES:
+        assert FAMILY_LABELS[family] in shown
+        gpu, cpu = _gpu_words(fast, family), _cpu_words(fast, family)
+        assert (gpu in shown, cpu in shown) == ((True, False) if device == "cuda" else (False, True))
+
+
+def test_the_comfyui_tooltip_gives_both_figures() -> None:
+    from tome_comfy import inputs
+
+    (widget,) = inputs.preset_widgets()
+    tooltip = widget.tooltip
+    for preset in PRESETS:
+        for family in FAMILIES:
+            assert _gpu_words(preset, family) in tooltip and _cpu_words(preset, family) in tooltip
+
+
+def test_the_readme_gives_the_gpu_figure_of_every_preset() -> None:
+    text = README.read_text()
+    for preset in PRESETS:
+        for family in FAMILIES:
+            assert f"{preset.measured_gpu[family].speedup:.3g}\u00d7" in text, (preset.name, family)

@@ -1,0 +1,445 @@
+"""What one UNet call costs on a GPU, estimated on a CPU: host operations and GPU work from a meta-device trace.
+
+A user with a GPU pays for two things that a CPU timing hides:
+
+* **Host operations.** Eager, a fast GPU finishes most kernels sooner than Python dispatches the next, so below
+  2048 px a call's wall clock follows the number of operations that launch a kernel.
+* **GPU work.** The sum of the kernels' times: what a call costs where the GPU is the bottleneck (CUDA graphs, a
+  consumer card, large images). Every kernel takes at least a few microseconds, so many small merge kernels can
+  eat what a smaller attention saves.
+
+`trace(fn)` runs `fn` (a UNet call on meta tensors: no memory, no arithmetic, seconds for SDXL) and records every
+operation a GPU would run, with its FLOPs and the bytes it moves; SDPA is one fused kernel as on a GPU, views and
+allocations run none. `estimate(ops, gpu)` prices each operation against a `GpuSpec` (a roofline: the larger of
+FLOPs over throughput and bytes over bandwidth, plus a minimum time per kernel), calibrated against the kernel
+profiles in docs/runs (`calibration_points`). Imports torch only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tome_bench.ops import ALLOC_OPS, VIEW_OPS, op_name
+
+#: Views that the decomposed (no-grad) trace sees on top of `ops.VIEW_OPS`: no kernel runs.
+_MORE_VIEWS = frozenset({"_unsafe_view", "t", "split_with_sizes", "split", "chunk", "_reshape_alias", "lift_fresh"})
+#: Operations that only set metadata or make nothing (a factory's allocation is in ALLOC_OPS).
+_NO_KERNEL = frozenset({"set_", "resize_", "_local_scalar_dense_meta", "sym_size", "sym_stride", "sym_numel"})
+
+#: The kind of each operation the cost model prices differently; anything else is "memory" (elementwise,
+#: bandwidth-bound).
+KIND: Mapping[str, str] = {
+    "mm": "matmul",
+    "addmm": "matmul",
+    "bmm": "matmul",
+    "baddbmm": "matmul",
+    "convolution": "conv",
+    "attention": "attention",
+    "native_group_norm": "group_norm",
+    "native_layer_norm": "layer_norm",
+    "index_select": "gather",
+    "gather": "gather",
+    "index": "gather",
+    "index_add": "scatter",
+    "scatter": "scatter",
+    "scatter_add": "scatter",
+    "scatter_reduce": "scatter",
+    "index_put": "scatter",
+    "index_copy": "scatter",
+    "sort": "sort",
+    "topk": "sort",
+    "max": "reduce",
+    "argmax": "reduce",
+    "sum": "reduce",
+    "mean": "reduce",
+    "linalg_vector_norm": "reduce",
+    "avg_pool2d": "pool",
+}
+#: Kinds priced by their arithmetic as well as their bytes.
+COMPUTE_KINDS = ("matmul", "conv", "attention")
+#: Every kind, in the order `GpuSpec` lists their rates.
+KINDS = (*COMPUTE_KINDS, "memory", "group_norm", "layer_norm", "gather", "scatter", "sort", "reduce", "pool")
+
+
+@dataclass(frozen=True)
+class TracedOp:
+    """One operation a GPU would run: its aten name, kind, FLOPs, bytes read and written, and kernels."""
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    kernels: int = 1
+    host: bool = True  # False: a second kernel of the operation before it (one dispatch on the host)
+
+
+@dataclass
+class Trace:
+    """The operations of one traced call, in order."""
+
+    ops: list[TracedOp] = field(default_factory=list)
+
+    @property
+    def launching(self) -> int:
+        """Operations that launch at least one kernel (the host's dispatch work)."""
+        return sum(op.host for op in self.ops)
+
+    @property
+    def kernels(self) -> int:
+        return sum(op.kernels for op in self.ops)
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    def names(self) -> Counter[str]:
+        return Counter(op.name for op in self.ops)
+
+
+def _nbytes(t: Any) -> float:
+    return float(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0.0
+
+
+def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, torch.Tensor))
+    return out
+
+
+def _flops(name: str, args: tuple[Any, ...], out: Any) -> float:
+    """Multiply-adds x 2 of the arithmetic-heavy operations; 0 for the rest (priced by bytes)."""
+    if name == "mm":
+        m, k = args[0].shape
+        return 2.0 * m * k * args[1].shape[1]
+    if name == "addmm":
+        m, k = args[1].shape
+        return 2.0 * m * k * args[2].shape[1]
+    if name in ("bmm", "baddbmm"):
+        a, b = (args[0], args[1]) if name == "bmm" else (args[1], args[2])
+        batch, m, k = a.shape
+        return 2.0 * batch * m * k * b.shape[2]
+    if name == "convolution":
+        weight = args[1]
+        per_output = weight.shape[1] * math.prod(weight.shape[2:])  # (C_in / groups) * kernel area
+        return 2.0 * out.numel() * per_output
+    return 0.0
+
+
+def _bytes(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> float:
+    """Bytes an operation reads and writes on a GPU (inputs once, outputs once; a gather reads what it writes)."""
+    outs = _tensors([out])
+    written = sum(_nbytes(t) for t in outs)
+    if name in ("index_select", "gather", "index"):
+        index = _tensors([a for a in args[1:]])
+        return 2.0 * written + sum(_nbytes(t) for t in index)
+    if name in ("index_add", "scatter", "scatter_add", "index_copy", "index_fill", "masked_fill", "index_put"):
+        # In place: reads and writes the destination, reads the source and the index.
+        return 2.0 * written + sum(_nbytes(t) for t in _tensors(args[1:]))
+    read = 0.0
+    for t in _tensors(list(args) + list(kwargs.values())):
+        # A broadcast operand (stride 0) is read once; an expanded view's storage is what moves.
+        read += float(t.untyped_storage().nbytes()) if t.numel() > 1 and 0 in t.stride() else _nbytes(t)
+    return read + written
+
+
+class _Record(TorchDispatchMode):
+    def __init__(self, trace: Trace) -> None:
+        super().__init__()
+        self.trace = trace
+        self.muted = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.muted:
+            return out
+        name = op_name(func)
+        if name in VIEW_OPS or name in _MORE_VIEWS or name in ALLOC_OPS or name in _NO_KERNEL:
+            return out
+        if name in ("copy", "_to_copy", "clone", "contiguous") and _is_noop_copy(name, args, out):
+            return out
+        kind = KIND.get(name, "memory")
+        self.trace.ops.append(TracedOp(name, kind, _flops(name, args, out), _bytes(name, args, kwargs, out)))
+        if name == "convolution" and len(args) > 2 and args[2] is not None:
+            # cuDNN convolves, then adds the bias in a kernel of its own that reads and writes the whole output.
+            self.trace.ops.append(TracedOp("conv_bias", "memory", 0.0, 2.0 * _nbytes(out), host=False))
+        return out
+
+
+def _is_noop_copy(name: str, args: tuple[Any, ...], out: Any) -> bool:
+    return name == "copy" and isinstance(out, torch.Tensor) and args and args[0] is args[1]
+
+
+class _FusedAttention(TorchFunctionMode):
+    """SDPA as one kernel, as on a GPU (flash, cuDNN or memory-efficient), not its math decomposition."""
+
+    def __init__(self, record: _Record) -> None:
+        super().__init__()
+        self.record = record
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        q, k, v = args[:3]
+        self.record.muted += 1
+        try:
+            # The fused kernels write [B, L, H, D] and return it as a [B, H, L, D] view: transposing back (as
+            # diffusers and ldm do) is then free, where the math path's contiguous output would need a copy.
+            out = func(*args, **kwargs).transpose(-3, -2).contiguous().transpose(-3, -2)
+        finally:
+            self.record.muted -= 1
+        if not self.record.muted:
+            batch = math.prod(q.shape[:-2])
+            flops = 4.0 * batch * q.shape[-2] * k.shape[-2] * q.shape[-1]
+            moved = sum(_nbytes(t) for t in (q, k, v, out))
+            self.record.trace.ops.append(TracedOp("attention", "attention", flops, moved))
+        return out
+
+
+def trace(fn: Callable[[], Any]) -> tuple[Trace, Any]:
+    """Run `fn()` (on meta tensors: nothing is computed) and record what a GPU would run: (trace, fn's result).
+
+    Runs under `no_grad`, not `inference_mode`, so that composite operations (linear, layer_norm, ...) reach the
+    recorder as the kernels they run (addmm, native_layer_norm, ...).
+    """
+    result_trace = Trace()
+    record = _Record(result_trace)
+    with torch.no_grad(), _FusedAttention(record), record:
+        result = fn()
+    return result_trace, result
+
+
+# ---------------------------------------------------------------------------------------------- the cost model
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What a GPU achieves per kind of operation (fp16): the cost model's parameters.
+
+    An operation of a compute kind takes FLOPs / `tflops[kind]` + bytes / `gbs[kind]`, any other bytes /
+    `gbs[kind]`, and every kernel adds `kernel_us` (a kernel's minimum time on the GPU: the profile's kernel
+    duration, not the host's launch). Adding rather than taking the larger of the two makes small matrix products
+    slower per FLOP than large ones, as they are.
+    """
+
+    name: str
+    tflops: Mapping[str, float]  # "matmul", "conv", "attention"
+    gbs: Mapping[str, float]  # every kind in KINDS
+    kernel_us: float
+    source: str = ""
+
+    def op_ms(self, op: TracedOp) -> float:
+        t = op.bytes / (self.gbs.get(op.kind, self.gbs["memory"]) * 1e9)
+        rate = self.tflops.get(op.kind)
+        if rate is not None:
+            t += op.flops / (rate * 1e12)
+        return 1e3 * t + op.kernels * self.kernel_us * 1e-3
+
+    def params(self) -> dict[str, float]:
+        """The fitted values by name ("tflops.matmul", "gbs.memory", "kernel_us")."""
+        out = {f"tflops.{k}": v for k, v in self.tflops.items()}
+        out.update({f"gbs.{k}": v for k, v in self.gbs.items()})
+        out["kernel_us"] = self.kernel_us
+        return out
+
+    def with_params(self, values: Mapping[str, float], source: str | None = None) -> GpuSpec:
+        tflops, gbs, kernel_us = dict(self.tflops), dict(self.gbs), self.kernel_us
+        for key, value in values.items():
+            if key == "kernel_us":
+                kernel_us = value
+            else:
+                table, kind = key.split(".", 1)
+                (tflops if table == "tflops" else gbs)[kind] = value
+        return GpuSpec(self.name, tflops, gbs, kernel_us, self.source if source is None else source)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One call on one GPU: estimated GPU work (sum of kernel times), kernels and launching operations."""
+
+    gpu_ms: float
+    kernels: int
+    launching: int
+    flops: float
+    by_kind: Mapping[str, float]
+
+
+def estimate(tr: Trace, gpu: GpuSpec) -> Estimate:
+    by_kind: Counter[str] = Counter()
+    for op in tr.ops:
+        by_kind[op.kind] += gpu.op_ms(op)
+    return Estimate(sum(by_kind.values()), tr.kernels, tr.launching, tr.flops, dict(by_kind))
+
+
+#: The GPUs the estimate knows, each fitted to the kernel profiles named in its `source`
+#: (`python -m tome_bench.calibrate --fit PROFILE...`; the error per profiled call is in docs/benchmarks.md).
+GPUS: Mapping[str, GpuSpec] = {
+    "h200": GpuSpec(
+        name="NVIDIA H200",
+        tflops={"matmul": 1154.0, "conv": 500.0, "attention": 338.6},
+        gbs={
+            "matmul": 3000.0,
+            "conv": 2436.0,
+            "attention": 5512.0,
+            "memory": 2116.0,
+            "group_norm": 276.0,
+            "layer_norm": 1360.0,
+            "gather": 2791.0,
+            "scatter": 446.0,
+            "sort": 8.2,
+            "reduce": 1244.0,
+            "pool": 607.0,
+        },
+        kernel_us=1.76,
+        source="docs/runs/2026-11-26-h200-b/batch3/profile-eager.json (fp16, eager, SD1.5 and SDXL at 1024 and 2048"
+        " px, 30 calls; median error 5.9%, max 14.1%)",
+    ),
+    "h100": GpuSpec(
+        name="NVIDIA H100",
+        tflops={"matmul": 1445.0, "conv": 626.0, "attention": 338.6},
+        gbs={
+            "matmul": 2604.0,
+            "conv": 557.0,
+            "attention": 2241.0,
+            "memory": 2116.0,
+            "group_norm": 300.0,
+            "layer_norm": 1360.0,
+            "gather": 2791.0,
+            "scatter": 446.0,
+            "sort": 8.2,
+            "reduce": 1244.0,
+            "pool": 779.0,
+        },
+        kernel_us=2.90,
+        source="docs/runs/2026-11-26-h100-e/eager.json (fp16, eager, SD1.5 at 512/768/1024 and SDXL at 1024 px, the"
+        " presets of 2026-11-26 fifth session, 20 calls; median error 5.2%, max 10.3%; kinds the run barely had"
+        " (gather, scatter, sort, reduce) keep the H200 fit's values)",
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------- per preset
+
+
+@dataclass(frozen=True)
+class EstimateRow:
+    """One variant of one call (arch, size) on one GPU, against the unpatched UNet."""
+
+    arch: str
+    size: int
+    variant: str
+    gpu: str
+    gpu_ms: float
+    base_gpu_ms: float
+    launching: int
+    base_launching: int
+    kernels: int
+    flops: float
+    base_flops: float
+
+    @property
+    def speedup(self) -> float:
+        """Estimated GPU work of the unpatched call over this one's."""
+        return self.base_gpu_ms / self.gpu_ms
+
+    @property
+    def ops_added(self) -> float:
+        """Kernel-launching operations added, as a share of the unpatched call's (0.05 = +5%)."""
+        return self.launching / self.base_launching - 1.0
+
+    @property
+    def flops_saved(self) -> float:
+        return self.base_flops / self.flops
+
+
+def meta_unet(arch: str, dtype: torch.dtype = torch.float16) -> torch.nn.Module:
+    """The architecture's diffusers UNet on the meta device: no weights, nothing computed, seconds to build."""
+    from diffusers import UNet2DConditionModel
+
+    from tome_bench import archs
+
+    with torch.device("meta"):
+        unet = UNet2DConditionModel(**archs.get_arch(arch).config)
+    return unet.to(dtype).eval().requires_grad_(False)
+
+
+def trace_call(
+    unet: torch.nn.Module,
+    arch: str,
+    size: int,
+    apply: Callable[[torch.nn.Module], Any] | None = None,
+    batch: int = 2,
+    remove: Callable[[torch.nn.Module], Any] | None = None,
+) -> Trace:
+    """The meta trace of one steady-state call of `unet` (`apply` patches it first, `remove` undoes that; default
+    `tome_core.remove_patch`): the second call, as the first builds what a patch keeps per grid."""
+    from tome_bench import archs
+
+    if remove is None:
+        from tome_core import remove_patch as remove
+    args, kwargs = archs.make_inputs(arch, size, batch=batch, dtype=torch.float16, device="meta")
+    if apply is not None:
+        apply(unet)
+    try:
+        trace(lambda: unet(*args, **kwargs))
+        tr, _ = trace(lambda: unet(*args, **kwargs))
+    finally:
+        if apply is not None:
+            remove(unet)
+    return tr
+
+
+def estimate_rows(
+    arch: str,
+    sizes: Iterable[int],
+    variants: Mapping[str, Callable[[torch.nn.Module], Any]],
+    gpus: Iterable[str] = ("h200",),
+    batch: int = 2,
+    remove: Mapping[str, Callable[[torch.nn.Module], Any]] | None = None,
+) -> list[EstimateRow]:
+    """Every variant (name -> what patches a UNet) at every size, estimated on every GPU, beside the unpatched UNet.
+
+    A few seconds per call traced (SDXL included): no weights, no arithmetic."""
+    unet = meta_unet(arch)
+    rows = []
+    for size in sizes:
+        base = trace_call(unet, arch, size, batch=batch)
+        traces = {
+            name: trace_call(unet, arch, size, apply, batch, (remove or {}).get(name))
+            for name, apply in variants.items()
+        }
+        for gpu_name in gpus:
+            gpu = GPUS[gpu_name]
+            eb = estimate(base, gpu)
+            for name, tr in traces.items():
+                e = estimate(tr, gpu)
+                rows.append(
+                    EstimateRow(
+                        arch,
+                        size,
+                        name,
+                        gpu_name,
+                        e.gpu_ms,
+                        eb.gpu_ms,
+                        e.launching,
+                        eb.launching,
+                        e.kernels,
+                        e.flops,
+                        eb.flops,
+                    )
+                )
+    return rows
