@@ -405,17 +405,21 @@ def sdxl_kinds(preset: str) -> str:
     import tome_core
 
     config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
-    levels = [level for level in SDXL_BLOCKS if config.merges_level(level, frozenset(SDXL_BLOCKS))]
-    blocks = sum(SDXL_BLOCKS[level] for level in levels)
-    parts = []
-    if config.merge_attn:
-        what = "keys/values pooled for self-attention" if config.mode == "kv" else "self-attention merged"
-        parts.append(f"{what} in {blocks}")
+    auto = frozenset(SDXL_BLOCKS)
+    levels = [level for level in SDXL_BLOCKS if config.merges_level(level, auto)]
+    merged = sum(SDXL_BLOCKS[level] for level in levels)
+    pooled = sum(SDXL_BLOCKS[level] for level in SDXL_BLOCKS if config.pools_level(level, auto))
+    if config.merge_attn and config.mode == "kv":
+        pooled += merged
+    parts = [f"keys/values pooled for self-attention in {pooled}"] if pooled else []
+    if config.merge_attn and config.mode == "merge":
+        parts.append(f"self-attention merged in {merged}")
     if config.merge_crossattn:
-        parts.append(f"cross-attention merged in {blocks}")
+        parts.append(f"cross-attention merged in {merged}")
     if config.merge_mlp:
         mlp = sum(SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
         parts.append(f"feed-forward (MLP) merged in {mlp}")
+    blocks = pooled + (0 if config.mode == "kv" and config.merge_attn else merged)
     return f"ran in {blocks} of {blocks} selected blocks (70 transformer blocks): {', '.join(parts)}"
 
 

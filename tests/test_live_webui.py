@@ -47,7 +47,9 @@ pytestmark = [
 URL = os.environ.get("TOME_WEBUI_URL", "").rstrip("/")
 HOST = os.environ.get("TOME_WEBUI_HOST", "a1111")
 ARCH = os.environ.get("TOME_WEBUI_ARCH", "sd15")
-SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (128, 3)
+# 256 px for SD1/SD2 too: Fast and Fastest merge level 4 in 8x8 cells, a 32x32 latent's level-4 grid (8x8) is the
+# smallest that holds one (at 128 px the infotext rightly notes those blocks ran unmerged).
+SIZE, STEPS = (256, 2) if ARCH == "sdxl" else (256, 3)
 FAMILY = "sdxl" if ARCH == "sdxl" else "sd"
 #: Forge 2 and Forge Neo: the `backend/` API, whose hires requests need `hr_additional_modules`.
 FORGE_API = HOST in ("forge", "neo")
