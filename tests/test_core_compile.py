@@ -203,6 +203,36 @@ def test_a_new_size_compiles_once_more() -> None:
         assert len(counter.graphs) == graphs
 
 
+#: Placeholder names of graph inputs read from the patch's state (dynamo names them after their source).
+STATE_INPUT = re.compile(r"self_state_|_config_|_grids_|_ratio|_tokens|_level")
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_new_preset_or_size_keeps_the_patch_numbers_constant(dynamic: bool | None) -> None:
+    # ComfyUI live (2026-11-26): TorchCompileModel, Balanced at 128 px, then Fastest at 256 px in the same server:
+    # dynamo's automatic dynamic shapes made the strides and grid sizes it read from the patch symbolic on the
+    # recompile (they had changed), and inductor failed on them (AssertionError: (VR[-int_oo, oo], ...)); with
+    # dynamic=True they were symbolic from the start. A plan is made for one setting and one grid: each is a
+    # constant of its graph.
+    unet = build_unet("diffusers_sd1")
+    counter = GraphCounter()
+    compiled = torch.compile(unet, backend=counter, fullgraph=True, dynamic=dynamic)
+    for preset, size in (("balanced", 16), ("fastest", 32), ("fast", 24), ("quality", 32)):
+        tome_core.apply_patch(unet, preset=preset)
+        inputs = make_inputs(2, size, size)
+        assert_close(call(compiled, inputs, 500.0), call(unet, inputs, 500.0))
+        tome_core.remove_patch(unet)
+        inputs_from_state = {
+            node.name: node.meta.get("example_value")
+            for node in counter.graphs[-1].graph.nodes
+            if node.op == "placeholder" and STATE_INPUT.search(node.name)
+        }
+        if dynamic:
+            # dynamic=True: dynamo makes every float an input (the UNet's own too), never an integer we planned with
+            inputs_from_state = {k: v for k, v in inputs_from_state.items() if not isinstance(v, torch.Tensor)}
+        assert inputs_from_state == {}, (preset, size)
+
+
 def test_a_new_size_compiles_a_static_graph() -> None:
     # dynamo's automatic dynamic shapes would trace the second size with symbolic sizes, and the merge's grid
     # arithmetic made that trace several times slower than the plain UNet's (minutes on SD1.5): ours keeps the

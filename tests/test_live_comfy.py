@@ -467,17 +467,20 @@ def test_torch_compile_model_with_our_node_in_either_order(kind: str, order: str
     ckpt = checkpoint(kind)
     if ckpt is None:
         pytest.skip(f"no {kind} checkpoint")
-    size, steps, family = (128, 4, "sd") if kind == "sd15" else (256, 2, "sdxl")
+    # SD1.5: Fastest at 256 px, a preset that changes this noise visibly (Balanced pools keys/values, within 3
+    # levels of the plain image at 128 px) and a size and strides other than the earlier tests': the recompile
+    # that once made the patch's strides symbolic and failed in inductor (2026-11-26).
+    size, steps, family, preset = (256, 4, "sd", "Fastest") if kind == "sd15" else (256, 2, "sdxl", "Balanced")
     mark = log_mark()
     graph = base(ckpt, size, steps)
-    save(graph, "eager", sampler(graph, "ke", tome(graph, "te", "Balanced"), ["latent", 0]))
+    save(graph, "eager", sampler(graph, "ke", tome(graph, "te", preset), ["latent", 0]))
     save(graph, "plain", sampler(graph, "kp", ["ckpt", 0], ["latent", 0]))
     if order == COMPILE_ORDERS[0]:
-        merged = torch_compile(graph, "c1", tome(graph, "tc", "Balanced"))
+        merged = torch_compile(graph, "c1", tome(graph, "tc", preset))
         alone = torch_compile(graph, "c2", ["ckpt", 0])
     else:
         alone = torch_compile(graph, "c", ["ckpt", 0])
-        merged = tome(graph, "tc", "Balanced", model=alone)
+        merged = tome(graph, "tc", preset, model=alone)
     save(graph, "compiled", sampler(graph, "kc", merged, ["latent", 0]))
     save(graph, "compiled_plain", sampler(graph, "kcp", alone, ["latent", 0]))
     started = time.time()
@@ -500,7 +503,7 @@ def test_torch_compile_model_with_our_node_in_either_order(kind: str, order: str
     assert pixel_difference(out["compiled"], out["compiled_plain"])[0] > 2 * COMPILED_MAX_LEVELS
     if LOG:
         text = log_after(mark)
-        lines = [line for line in text.splitlines() if line.startswith(f"ToMe (Balanced for {family}): ran in ")]
+        lines = [line for line in text.splitlines() if line.startswith(f"ToMe ({preset} for {family}): ran in ")]
         assert len(lines) == 2, lines
         compiled_lines = [line for line in lines if " under torch.compile (backend inductor): " in line]
         assert len(compiled_lines) == 1, lines

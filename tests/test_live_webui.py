@@ -10,7 +10,7 @@ Not run by `make test` (marker `webui`); skipped unless `TOME_WEBUI_URL` is set.
                          Torch Compile Integrated and epsilon scaling; or "sdnext": a latent hires upscaler with a
                          resize mode, its built-in is `token_merging_method` plus `tome_ratio` (infotext
                          `ToMe: <ratio>`), its API has no `infotext` request field
-    TOME_WEBUI_ARCH      "sd15" (default: 128 px, 3 steps: the presets' 4x4 cells fit the level-4 grid) or "sdxl"
+    TOME_WEBUI_ARCH      "sd15" (default: 256 px, 3 steps: Fast's 8x8 cells fit the level-4 grid) or "sdxl"
                          (256 px, 2 steps, live previews off): also the model family the speed presets must
                          resolve for ("sd" for SD1.x/SD2.x checkpoints)
     TOME_WEBUI_CHECKPOINT  optional: a checkpoint title every request selects (`sd_model_checkpoint`)

@@ -280,7 +280,7 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
         state.pipeline = _ref(model)
     state.handles.append(unet.register_forward_pre_hook(eager(_unet_pre_hook(state)), with_kwargs=True))
     state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
-    state.hooks.append(_UNetHook(state, unet))
+    state.hooks.append(_UNetHook(unet))
     where = _stacks(unet)
     spans: dict[int, _Span] = {}
     for index, (module, level) in enumerate(blocks):
@@ -715,21 +715,25 @@ class _Hook:
 class _UNetHook(_Hook):
     """The UNet itself: hands the blocks this call's timestep as the forward received it, so that a compiled
     graph hashes the random partitions from its own input (the pre-hook's copy would be a tensor from Python
-    state), and drops what the call made before the graph returns."""
+    state), and drops what the call made before the graph returns.
 
-    def __init__(self, state: _State, module: nn.Module) -> None:
-        super().__init__(module)
-        self.state = state
+    It reads the patch's state from the UNet (`STATE_ATTR`), not from itself: a compiled frame that starts here
+    then reaches every number of the state through an nn.Module, and dynamo keeps the integers it finds on
+    modules constant. Reached from this object (a plain local), the strides and grid sizes would become symbolic
+    once they differ from a previous compile (automatic dynamic shapes: a new preset or latent size), or from the
+    start under `dynamic=True`, and inductor fails on the merge's index arithmetic with symbolic strides.
+    """
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         timestep = _timestep_arg(args, kwargs)
-        if self.passthrough or not isinstance(timestep, torch.Tensor):
+        state = getattr(self.module, STATE_ATTR, None)
+        if self.passthrough or state is None or not isinstance(timestep, torch.Tensor):
             return self.call(*args, **kwargs)  # a number: the pre-hook made it a tensor
-        _new_call(self.state, timestep)
+        _new_call(state, timestep)
         try:
             return self.call(*args, **kwargs)
         finally:
-            _new_call(self.state, None)
+            _new_call(state, None)
 
 
 class _Span:
