@@ -319,9 +319,9 @@ def preset_hint(
 
     How much the image changes is the measured deviation of the final latent from the unmerged one, from a start
     with a natural image's spectrum, as a percentage. Where and how the figures were measured is in
-    `preset_details`, e.g. for a tooltip. Example (Balanced, SD1/SD2 loaded, 512 x 512)::
+    `preset_details`, e.g. for a tooltip. Example (Balanced, SD1/SD2 loaded, 512 x 512, on a CPU)::
 
-        The default. SD1/SD2: about 1.43× faster on a CPU, the image changes by about 2.3%.
+        The default. SD1/SD2: about 1.35× faster on a CPU, the image changes by about 0.3%.
     """
     chosen = _preset(preset)
     families = _families(family)
