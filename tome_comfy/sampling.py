@@ -22,7 +22,6 @@ then says the UNet ran under torch.compile and with which backend.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import re
@@ -37,6 +36,7 @@ from torch.utils.hooks import RemovableHandle
 import tome_core
 from tome_core import TomeConfig, TomeStats
 from tome_core.compat import eager
+from tome_core.patch import set_whole_block_guard
 
 log = logging.getLogger("tome")
 
@@ -277,9 +277,7 @@ class _Run:
             )
         tome_core.apply_patch(unet, config)
         try:
-            set_guard = getattr(importlib.import_module("tome_core.patch"), "set_whole_block_guard", None)
-            if set_guard is not None:
-                set_guard(unet, attention_replaced)
+            set_whole_block_guard(unet, attention_replaced)
             run.watch()
         except BaseException:
             tome_core.remove_patch(unet)

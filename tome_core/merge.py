@@ -400,10 +400,14 @@ class BandMerge:
         return self._join(out, None if tail is None else tail + y_tail, base.shape[0])
 
 
+def _kept(tokens: int, dst: int, ratio: float) -> int:
+    """Tokens left of `tokens` when `ratio` of them merge away into `dst` destinations, which always stay."""
+    return tokens - min(int(tokens * ratio), tokens - dst)
+
+
 def band_rows(layout: GridLayout, ratio: float) -> int:
     """Rows a band keeps when `ratio` of its tokens merge away: at least one per whole cell."""
-    band = layout.sy * layout.w
-    return band - min(int(band * ratio), band - layout.ws)
+    return _kept(layout.sy * layout.w, layout.ws, ratio)
 
 
 @dataclass(frozen=True)
@@ -450,9 +454,8 @@ def merged_tokens(h: int, w: int, sx: int, sy: int, ratio: float, matching: str 
     if hs == 0 or ws == 0 or ratio <= 0:
         return n
     if matching == "global":
-        return n - min(int(n * ratio), n - hs * ws)
-    band = sy * w
-    return hs * (band - min(int(band * ratio), band - ws)) + (h - hs * sy) * w
+        return _kept(n, hs * ws, ratio)
+    return hs * _kept(sy * w, ws, ratio) + (h - hs * sy) * w
 
 
 def band_merge(m: BandMatch, ratio: float) -> BandMerge | None:

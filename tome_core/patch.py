@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from tome_core.merge import (
     BandMerge,
     GridLayout,
     Match,
+    Merge,
     Partition,
     PartitionTable,
     fixed_slots,
@@ -236,7 +237,11 @@ def model_family(model: Any) -> str:
     blocks = _structural_levels(find_unet(model))
     if not blocks:
         raise TypeError(f"{type(find_unet(model)).__name__} has no BasicTransformerBlock")
-    return "sdxl" if min(level for _, level in blocks) >= 2 else "sd"
+    return _family_of_levels(level for _, level in blocks)
+
+
+def _family_of_levels(levels: Iterable[int]) -> str:
+    return "sdxl" if min(levels) >= 2 else "sd"
 
 
 def _level_counts(blocks: list[tuple[nn.Module, int]]) -> dict[int, int]:
@@ -409,13 +414,7 @@ def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig
     patch config, else the default preset (`DEFAULT_PRESET`) resolved for the model's family (`model_family`): what
     `apply_patch(model, preset=DEFAULT_PRESET)` and the WebUI's default would run.
     """
-    _check_size(height=height, width=width)
-    config = config or get_config(model)
-    if config is None:
-        from tome_core.presets import DEFAULT_PRESET, get_preset
-
-        config = get_preset(DEFAULT_PRESET).config(model_family(model))
-    return describe_layout(blocks_per_level(model), height, width, config)
+    return describe_layout(blocks_per_level(model), height, width, config or get_config(model))
 
 
 def describe_layout(
@@ -430,7 +429,7 @@ def describe_layout(
     if config is None and levels:
         from tome_core.presets import DEFAULT_PRESET, get_preset
 
-        config = get_preset(DEFAULT_PRESET).config("sdxl" if min(levels) >= 2 else "sd")
+        config = get_preset(DEFAULT_PRESET).config(_family_of_levels(levels))
     config = config or TomeConfig()
     auto = auto_levels(blocks)
     lat_h, lat_w = height // 8, width // 8  # as the WebUI and diffusers size the latent
@@ -771,8 +770,8 @@ class _BlockHook(_Hook):
         self.last_in_span = True
         self.positions = range(0, 1)  # the positions in its transformer stack this block merges for
         self.plan_key: Any = None  # which blocks share a plan within a call (`_call_merge`)
-        # This call's plans, read by the modules' hooks: kind -> BandMerge or (merge, unmerge); and the kv grid.
-        self.plans: dict[str, Any] | None = None
+        # This call's plans, read by the modules' hooks: kind -> (merge, unmerge); and the kv grid.
+        self.plans: dict[str, tuple[Merge, Merge]] | None = None
         self.tokens = 0
         self.grid: tuple[int, int] | None = None
         self.reset()
@@ -874,18 +873,18 @@ class _BlockHook(_Hook):
         num_dst = (grid.h // config.sy) * (grid.w // config.sx)
         if self.pools:
             self.grid = (grid.h, grid.w)
-        plans: dict[str, Any] = {}
+        plans: dict[str, tuple[Merge, Merge]] = {}
         with torch.no_grad():
             for kind, ratio in self.ratios.items():
-                if min(int(tokens * ratio), tokens - num_dst) <= 0 or num_dst <= 0:
+                removed = min(int(tokens * ratio), tokens - num_dst)
+                if removed <= 0 or num_dst <= 0:
                     continue
                 if config.matching == "global":
-                    m = _call_match(state, self.plan_key, x, grid)
-                    plans[kind] = plan(m, int(tokens * ratio))
+                    plans[kind] = plan(_call_match(state, self.plan_key, x, grid), removed)
                 else:
                     merge = _call_band(state, self.plan_key, x, grid, ratio)
                     if merge is not None:
-                        plans[kind] = merge
+                        plans[kind] = (merge.merge, merge.unmerge)
         for hook in self.modules:
             if hook.kind == "kv" or hook.kind in plans:
                 hook.wanted = True
@@ -926,7 +925,7 @@ class _MergeHook(_Hook):
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
         if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != self.block.tokens:
             return self.call(*args, **kwargs)
-        merge, unmerge = (pair.merge, pair.unmerge) if isinstance(pair, BandMerge) else pair
+        merge, unmerge = pair
         merged = merge(x)
         self.applied = True
         # Forge passes self-attention's keys/values explicitly once any attn1 patch exists: the same tensor as
@@ -982,12 +981,21 @@ def _plan_key(config: TomeConfig, index: int, level: int, where: tuple[int, int,
     return ("level", level)
 
 
-def _pool_block(state: _State, module: nn.Module, index: int, level: int) -> None:
-    """Hook a block of a level that only pools self-attention's keys/values (`pool_kv`)."""
+def _self_attention(module: nn.Module) -> nn.Module | None:
+    """The block's `attn1` where it attends to the block's own tokens (the only place pooling keys/values makes
+    sense), else None."""
     target = getattr(module, "attn1", None)
     if not isinstance(target, nn.Module):
-        return
+        return None
     if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+        return None
+    return target
+
+
+def _pool_block(state: _State, module: nn.Module, index: int, level: int) -> None:
+    """Hook a block of a level that only pools self-attention's keys/values (`pool_kv`)."""
+    target = _self_attention(module)
+    if target is None:
         return
     config = state.config
     block = _BlockHook(state, module, index, level)
@@ -1048,8 +1056,7 @@ def _patch_block(
     else:
         for name, kind, target in targets:
             if name == "attn1" and config.mode == "kv":
-                # Pooling keys/values only makes sense where attn1 attends to the block's own tokens.
-                if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+                if _self_attention(module) is None:
                     continue
                 block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
             else:
