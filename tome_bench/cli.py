@@ -670,6 +670,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the per-call benchmark (the main job by default), the whole-generation one
     with --steps, or only the GPU estimate with --gpu-estimate."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--gpu-job" in argv:
+        from tome_bench import gpu_job
+
+        return gpu_job.main([a for a in argv if a != "--gpu-job"])
     opts = parse_options(argv)
     if opts.steps is not None:
         from tome_bench import generate  # imports diffusers' pipelines (and transformers) only when needed
