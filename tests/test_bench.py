@@ -52,7 +52,10 @@ def test_call_mode_on_a_tiny_unet_writes_md_json_png_and_leaves_the_rng_alone(
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "bench.md").read_text()
     assert "python -m tome_bench --arch tiny" in md and "torch threads: 1" in md
-    assert "- clock: wall, wall time (time.perf_counter)" in md and "median wall time of one UNet call" in md
+    assert (
+        "- clock: wall, wall time (time.perf_counter after synchronising the device" in md
+        and "median wall time of one UNet call" in md
+    )
     assert "use_rand=False" in md and "2 timed runs per variant after one untimed baseline call" in md
 
     data = json.loads((out / "bench.json").read_text())

@@ -375,7 +375,9 @@ def test_bench_package_has_no_import_cycle() -> None:
         visit(name, ())
 
 
-@pytest.mark.parametrize("module", ["options", "run", "report", "cli", "generate", "peers", "timing", "ops", "archs"])
+@pytest.mark.parametrize(
+    "module", ["options", "run", "report", "cli", "generate", "images", "peers", "timing", "ops", "archs"]
+)
 def test_each_bench_module_imports_alone(module: str) -> None:
     """In a fresh interpreter, importing any one module first works (no partially initialised module)."""
     code = f"import tome_bench.{module}"

@@ -1,10 +1,11 @@
 """The benchmark's main job (`python -m tome_bench` with no option that picks variants, what `make bench` runs):
 every preset of both families beside the unpatched UNet and tomesd, the GPU estimate beside the CPU figures, CUDA
-when there is one, a progress display with the time left from the first call, and printed sizes that are the
-measured ones (issue 33, section 2)."""
+when there is one, a progress bar (tqdm) whose time left weighs each call by its FLOPs, and printed sizes that are
+the measured ones (issue 33, section 2)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,6 @@ import torch
 import tome_bench
 import tome_core
 from tome_bench import archs, cli, gpu_estimate, gpu_table, run
-from tome_bench.progress import Progress, clock_text
 
 PRESETS = [p.name for p in tome_core.presets()]
 TOMESD = run.load_tomesd()[0]
@@ -141,8 +141,7 @@ def _sizes_in(text: str) -> set[str]:
 def test_main_job_runs_writes_the_estimate_beside_the_timings_and_prints_only_measured_sizes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], no_cuda: None
 ) -> None:
-    """The main job for real on tiny UNets (one timed round): progress lines with the time left from the first
-    call on, the results and the GPU table in the report and the JSON, the natural latent's deviation, the output
+    """The main job for real on tiny UNets (one timed round): a progress bar naming every call, the results and the GPU table in the report and the JSON, the natural latent's deviation, the output
     folder named at the start and the end; every size it prints is one it measured."""
     out = tmp_path / "bench-out"
     argv = ["--arch", "tiny,tiny-xl", "--sizes", "tiny:64,tiny-xl:32", "--repeats", "1", "--threads", "1"]
@@ -172,11 +171,11 @@ def test_main_job_runs_writes_the_estimate_beside_the_timings_and_prints_only_me
     stdout = printed.out.replace(gpu_table.explanation("h200"), "")
     assert _sizes_in(stdout) == measured and _sizes_in(printed.err) == measured
     assert f"Output: {out}/" in printed.out and f"are in {out}/: bench.md, bench.json, bench.png" in printed.out
-    calls = [line for line in printed.err.splitlines() if line.startswith("[")]
-    total = int(calls[0].split("/")[1].split("]")[0])
-    assert len(calls) == total == 2 * (1 + len(tomesd) + len(PRESETS)) + 2 * (1 + len(PRESETS))
-    assert all("left (ends about" in line for line in calls)  # the time left from the first call on
-    assert calls[0].startswith(f"[ 1/{total}] tiny 64px baseline natural latent: ")
+    total = 2 * (1 + len(tomesd) + len(PRESETS)) + 2 * (1 + len(PRESETS))
+    calls = _calls(printed.err)
+    assert f"{total} UNet calls planned" in printed.err
+    assert [int(c.split()[1].split("/")[0]) for c in calls] == list(range(1, total + 1))
+    assert calls[0].startswith(f"call 1/{total} tiny 64px baseline natural latent")
 
 
 def test_quick_smoke_run_prints_the_sizes_it_measures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,7 +185,7 @@ def test_quick_smoke_run_prints_the_sizes_it_measures(tmp_path: Path, capsys: py
     argv = ["--arch", "tiny", "--quick", "--sizes", "320", "--variants", "ours", "--threads", "1", "--out", str(out)]
     assert tome_bench.main(argv) == 0
     err = capsys.readouterr().err
-    calls = [line for line in err.splitlines() if line.startswith("[")]
+    calls = _calls(err)
     ops = [line for line in calls if "counting operations" in line]
     assert len(ops) == 1 and "tiny 256px counting operations per merged block" in ops[0]
     timed = [line for line in calls if line not in ops]
@@ -196,45 +195,29 @@ def test_quick_smoke_run_prints_the_sizes_it_measures(tmp_path: Path, capsys: py
     assert any("counted at 256 px" in n for n in data["notes"])
 
 
-def test_progress_estimates_the_time_left_from_each_groups_flops_then_its_own_calls() -> None:
-    now = [0.0]
-    lines: list[str] = []
+def _calls(err: str) -> list[str]:
+    """The calls the progress bar named, in order, once each: 'call 3/40 tiny 64px ours:preset=fast'."""
+    named = [m.group(1).strip() for m in re.finditer(r"(call \d+/\d+ [^\r\n\]]*)\]", err)]
+    return list(dict.fromkeys(named))
 
-    class Sink:
-        def write(self, text: str) -> None:
-            lines.append(text)
 
-        def flush(self) -> None:
-            pass
-
-    progress = Progress(stream=Sink(), clock=lambda: now[0])  # type: ignore[arg-type]
-    progress.plan_calls("a", calls=3, flops=1.0)
-    progress.plan_calls("b", calls=2, flops=4.0)
-    progress.plan_task("build b", "build", guess_s=5.0)
-    assert progress.left_s() is None and "known after the first call" in progress.status()
-    progress.group("a")
-    progress.set_postfix_str("a baseline")
-    now[0] = 2.0
-    progress.update(1)
-    # a: 2 more calls at 2 s; b: 2 calls at 4x a's FLOPs (8 s each); the build's guess
-    assert progress.left_s() == pytest.approx(2 * 2.0 + 2 * 8.0 + 5.0)
-    assert lines[0].startswith("[1/5] a baseline: 2.0 s | 0:02 elapsed, about 0:25 left")
-    with progress.task("build b", "building b"):
-        now[0] = 12.0  # twice the guess: later builds are guessed twice as long
-    assert progress.tasks["build b"].seconds == 10.0
-    progress.group("b")
-    progress.set_postfix_str("b baseline")
-    now[0] = 18.0
-    progress.update(1)
-    assert progress.left_s() == pytest.approx(2 * 2.0 + 6.0)  # b's own call now prices b's last one
-    # a group's first call pays one-time costs (on CUDA seconds, against milliseconds): once a second call is
-    # done, the first prices nothing
-    progress.group("a")
-    progress.set_postfix_str("a ours")
-    now[0] = 19.0
-    progress.update(1)
-    assert progress.left_s() == pytest.approx(1 * 1.0 + 6.0)
-    assert clock_text(62.4) == "1:02" and clock_text(3725) == "1:02:05"
+def test_call_bar_weighs_each_call_by_its_flops_and_names_it() -> None:
+    """The bar's total is the planned calls' FLOPs, a call moves it by its group's FLOPs (an SDXL call by the several
+    SD1.5 calls it costs), and `call_flops` is FlopCounterMode's count of the unpatched call."""
+    sink = io.StringIO()
+    bar = cli.CallBar({"a": (3, 1.0e9), "b": (2, 4.0e9)}, file=sink)
+    assert bar.calls == 5 and bar.bar.total == pytest.approx(11.0e9)
+    bar.group("a")
+    bar.set_postfix_str("a baseline")
+    bar.update(1)
+    bar.group("b")
+    bar.set_postfix_str("b baseline")
+    bar.update(1)
+    assert bar.done == 2 and bar.bar.n == pytest.approx(5.0e9)
+    bar.close()
+    assert "call 2/5 b baseline" in sink.getvalue() and "FLOP" in sink.getvalue()
+    sd15, sdxl = (cli.call_flops(gpu_estimate.meta_unet(a), a, (512, 512)) for a in ("sd15", "sdxl"))
+    assert sdxl > 1.5 * sd15 > 0  # SDXL at 512 px: twice the FLOPs of SD1.5
 
 
 def test_the_readme_names_the_main_jobs_time_output_and_content() -> None:

@@ -23,6 +23,8 @@ from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE, v3_nodes
 from tome_comfy.sampling import WRAPPER_KEY, comfy_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
+#: How each line a sampling logs starts: with the version a bug report quoting it needs.
+HEAD = f"ToMe {tome_core.__version__}"
 
 
 def tome(model: ModelPatcher, preset: str = "Balanced") -> ModelPatcher:
@@ -161,7 +163,7 @@ def test_full_merge_is_logged_once_per_sampling(sd: ModelPatcher, caplog: Any) -
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(sd))
     assert tome_lines(caplog) == [
-        "ToMe (custom settings): ran in 3 of 3 selected blocks (7 transformer blocks): self-attention merged in 3"
+        f"{HEAD} (custom settings): ran in 3 of 3 selected blocks (7 transformer blocks): self-attention merged in 3"
     ]
 
 
@@ -171,24 +173,17 @@ STUB_SDXL_BLOCKS = {2: 3, 4: 12}
 
 
 def kinds_expected(config: tome_core.TomeConfig) -> str:
-    """The kinds the log must name for `config` on the stand-in SDXL, counted from its layout."""
-    auto = frozenset(STUB_SDXL_BLOCKS)
-    levels = [level for level in STUB_SDXL_BLOCKS if config.merges_level(level, auto)]
-    pooled = sum(STUB_SDXL_BLOCKS[level] for level in STUB_SDXL_BLOCKS if config.pools_level(level, auto))
-    merged = sum(STUB_SDXL_BLOCKS[level] for level in levels)
-    mlp = sum(STUB_SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
-    parts = []
-    if config.merge_attn and config.mode == "kv":
-        pooled += merged
-    if pooled:
-        parts.append(f"keys/values pooled for self-attention in {pooled}")
-    if config.merge_attn and config.mode == "merge":
-        parts.append(f"self-attention merged in {merged}")
-    if config.merge_crossattn:
-        parts.append(f"cross-attention merged in {merged}")
-    if config.merge_mlp:
-        parts.append(f"feed-forward (MLP) merged in {mlp}")
-    blocks = pooled + (0 if config.mode == "kv" and config.merge_attn else merged)
+    """The kinds the log must name for `config` on the stand-in SDXL: what its layout's block table plans (the log
+    counts what the hooks saw run)."""
+    table = tome_core.layout_table(STUB_SDXL_BLOCKS, config)
+    words = {
+        "kv": "keys/values pooled for self-attention",
+        "attn1": "self-attention merged",
+        "attn2": "cross-attention merged",
+        "ff": "feed-forward (MLP) merged",
+    }
+    parts = [f"{words[name]} in {count}" for name, count in table.modules()]
+    blocks = len(table.acting)
     return f"ran in {blocks} of {blocks} selected blocks (15 transformer blocks): {', '.join(parts)}"
 
 
@@ -199,7 +194,7 @@ def test_sdxl_log_line_names_each_kind_that_ran_with_its_counts(preset: str, cap
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome(load_checkpoint("sdxl"), preset))
     config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
-    assert tome_lines(caplog) == [f"ToMe ({preset} for sdxl): {kinds_expected(config)}"]
+    assert tome_lines(caplog) == [f"{HEAD} ({preset} for sdxl): {kinds_expected(config)}"]
 
 
 def test_sdxl_balanced_names_kv_pooling_and_the_blocks_merged_whole(caplog: Any) -> None:
@@ -224,7 +219,7 @@ def test_an_interrupted_sampling_logs_what_ran_until_then(sd: ModelPatcher, capl
     with pytest.raises(InterruptProcessingException):
         sample(tome_advanced(sd), callback=interrupt)
     assert tome_lines(caplog) == [
-        "ToMe (custom settings): sampling interrupted after 2 UNet calls; ran in 3 of 3 selected blocks"
+        f"{HEAD} (custom settings): sampling interrupted after 2 UNet calls; ran in 3 of 3 selected blocks"
         " (7 transformer blocks): self-attention merged in 3"
     ]
 
@@ -240,7 +235,9 @@ def test_an_interrupt_before_the_first_unet_call_says_nothing_ran(sd: ModelPatch
     caplog.set_level(logging.INFO, logger="tome")
     with pytest.raises(InterruptProcessingException):
         sample(model)
-    assert tome_lines(caplog) == ["ToMe (Fast for sd): sampling interrupted before the first UNet call: nothing merged"]
+    assert tome_lines(caplog) == [
+        f"{HEAD} (Fast for sd): sampling interrupted before the first UNet call: nothing merged"
+    ]
 
 
 def test_a_failed_sampling_logs_a_warning_with_the_error_type(sd: ModelPatcher, caplog: Any) -> None:
@@ -254,7 +251,7 @@ def test_a_failed_sampling_logs_a_warning_with_the_error_type(sd: ModelPatcher, 
     assert [(r.levelname, r.getMessage()) for r in records] == [
         (
             "WARNING",
-            "ToMe (custom settings): sampling failed (RuntimeError) after 1 UNet call; ran in 3 of 3 selected"
+            f"{HEAD} (custom settings): sampling failed (RuntimeError) after 1 UNet call; ran in 3 of 3 selected"
             " blocks (7 transformer blocks): self-attention merged in 3",
         )
     ]
@@ -338,7 +335,7 @@ def test_comfyuis_builtin_tomesd_is_skipped_and_ours_runs_alone(sd: ModelPatcher
     ours_only = sample(tome(sd, "Balanced"))
     both = sample(tome(with_builtin, "Balanced"))
     assert calls == [] and torch.equal(both, ours_only)
-    assert "TomePatchModel is on this model too; ToMe (Balanced for sd) runs" in caplog.text
+    assert f"{HEAD}: ComfyUI's TomePatchModel is on this model too; ToMe (Balanced for sd) runs" in caplog.text
     sample(with_builtin)  # without our node the built-in still runs as before
     assert calls
 
@@ -347,7 +344,7 @@ def test_model_without_a_unet_runs_unchanged_and_says_so(caplog: Any) -> None:
     flux = load_checkpoint("flux")
     caplog.set_level(logging.INFO, logger="tome")
     assert torch.equal(sample(tome(flux, "Fast")), sample(flux))
-    assert "Flux has no UNet transformer blocks" in caplog.text
+    assert f"{HEAD}: Flux has no UNet transformer blocks" in caplog.text
 
 
 def test_no_block_at_the_selected_levels_is_reported(caplog: Any) -> None:
@@ -432,7 +429,7 @@ def test_with_torch_compile_model_in_either_order_the_sampling_merges_in_one_gra
     assert_close(first, eager_merged)
     assert len(counter.graphs) == 2
     (line,) = tome_lines(caplog)
-    assert line.startswith(f"ToMe (Balanced for {family}): ran in ")
+    assert line.startswith(f"{HEAD} (Balanced for {family}): ran in ")
     assert "transformer blocks) under torch.compile (backend graph_counter): " in line
     assert torch.equal(sample(compiled), plain) and torch.equal(sample(model), eager_plain)
 
@@ -523,7 +520,14 @@ def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() 
         (line,) = [line for line in extra["tooltip"].splitlines() if line.startswith(f"{preset.label}: ")]
         assert line in text.splitlines()
         assert all(f"about {m.speedup:.3g}\u00d7 faster" in line for m in preset.measured.values())
-    assert DESCRIPTIONS[TOME_ADVANCED_NODE] == NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].DESCRIPTION
+    assert NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].DESCRIPTION.startswith(DESCRIPTIONS[TOME_ADVANCED_NODE])
+
+
+def test_each_node_description_ends_with_the_version() -> None:
+    """Where a ComfyUI user reports a problem from: the node's description (its tooltip in the graph) and the log."""
+    for node_id in (TOME_NODE, TOME_ADVANCED_NODE):
+        text = NODE_CLASS_MAPPINGS[node_id].DESCRIPTION
+        assert text.splitlines()[-1] == f"ToMe version {tome_core.__version__}"
 
 
 def test_optional_fields_take_minus_one_as_none() -> None:

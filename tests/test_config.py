@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 
 import pytest
 
 import tome_core
 from tome_core.config import LEVELS, TomeConfig, auto_levels, field_spec, field_specs
+from tome_core.plan import layout_table
 
 FIELD_NAMES = [f.name for f in dataclasses.fields(TomeConfig)]
 
@@ -180,10 +180,9 @@ def test_frozen() -> None:
 def test_a_ratio_the_strides_reach_is_what_runs(ratio: float, sx: int, sy: int) -> None:
     cfg = TomeConfig(ratio=ratio, sx=sx, sy=sy)
     assert cfg.max_ratio == pytest.approx(1 - 1 / (sx * sy))
-    assert cfg.effective_ratio == ratio and not cfg.is_capped
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        cfg.warn_if_capped()  # nothing is ever capped: a ratio the strides cannot reach is refused
+    # Nothing is ever capped (a ratio the strides cannot reach is refused): the blocks plan the ratio as it is.
+    (block,) = layout_table({1: 1}, cfg).blocks
+    assert block.merges == ((("attn1", ratio),) if ratio else ())
 
 
 @pytest.mark.parametrize(
@@ -217,17 +216,16 @@ def test_kv_mode_gives_self_attention_no_ratio() -> None:
     assert TomeConfig(mode="kv", merge_crossattn=True, ratio=0.4).ratios_by_kind == {"attn": 0.4}
 
 
-def test_merges_level() -> None:
-    auto = TomeConfig()
-    assert auto.merges_level(1, {1})
-    assert not auto.merges_level(2, {1})
-    assert auto.merges_level(2, {2, 4})
-    assert auto.merges_level(4, {2, 4})
-    assert not auto.merges_level(1, {2, 4})
+def test_the_plan_selects_levels() -> None:
+    sd, sdxl = {1: 1, 2: 1, 4: 1, 8: 1}, {2: 1, 4: 2}  # "auto": level 1 on the first, 2 and 4 on the second
+    assert layout_table(sd, TomeConfig()).selected == {1}
+    assert layout_table(sdxl, TomeConfig()).selected == {2, 4}
     two = TomeConfig(max_downsample=2)
-    assert [lv for lv in LEVELS if two.merges_level(lv, {1})] == [1, 2]
-    assert [lv for lv in LEVELS if two.merges_level(lv, {4})] == [1, 2]  # explicit levels ignore auto_levels
-    assert [lv for lv in LEVELS if TomeConfig(max_downsample=8).merges_level(lv, {2})] == list(LEVELS)
+    assert layout_table(sd, two).selected == layout_table(sdxl, two).selected == {1, 2}  # explicit levels ignore auto
+    assert layout_table(sdxl, TomeConfig(max_downsample=8)).selected == set(LEVELS)
+    assert layout_table(sd, TomeConfig(min_downsample=2, max_downsample=4)).selected == {2, 4}
+    pooled = layout_table(sd, TomeConfig(min_downsample=4, max_downsample=4, pool_kv=True))
+    assert (pooled.selected, pooled.pooled) == ({4}, {1, 2, 8})
 
 
 @pytest.mark.parametrize(

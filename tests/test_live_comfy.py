@@ -45,6 +45,13 @@ PRESETS = ("Quality", "Balanced", "Fast", "Fastest")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "comfyui_tome_hires.json"
 
 
+def head() -> str:
+    """How each line a sampling logs starts: "ToMe <version>" (the server runs this checkout)."""
+    import tome_core
+
+    return f"ToMe {tome_core.__version__}"
+
+
 def request(path: str, body: Any = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(URL + path, data=data, headers={"Content-Type": "application/json"})
@@ -214,7 +221,7 @@ def test_each_preset_changes_the_image_and_logs_its_blocks(sd15: str, reference:
     save(graph, "p", sampler(graph, "k", tome(graph, "t", preset), ["latent", 0]))
     assert run(graph)["p"] != reference
     if LOG:
-        assert f"ToMe ({preset} for sd)" in log_after(mark)
+        assert f"{head()} ({preset} for sd)" in log_after(mark)
 
 
 def test_two_samplers_with_different_settings_and_one_without_in_one_prompt(sd15: str, reference: bytes) -> None:
@@ -275,7 +282,7 @@ def test_interrupted_prompt_leaves_nothing_behind(sd15: str, reference: bytes) -
     entry = wait(body["prompt_id"])
     assert entry["status"]["status_str"] == "error"
     if LOG:
-        assert "ToMe (Fastest for sd): sampling interrupted after" in log_after(mark)
+        assert f"{head()} (Fastest for sd): sampling interrupted after" in log_after(mark)
     graph = base(sd15, 128, 4)
     save(graph, "ref", sampler(graph, "k", ["ckpt", 0], ["latent", 0]))
     assert run(graph)["ref"] == reference
@@ -374,7 +381,7 @@ def test_area_conditioning_with_the_node(sd15: str) -> None:
     plain["k"]["inputs"]["model"] = ["ckpt", 0]
     assert run(graph)["area"] != run(plain)["area"]
     if LOG:
-        assert "ToMe (Fastest for sd): ran in" in log_after(mark)
+        assert f"{head()} (Fastest for sd): ran in" in log_after(mark)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -391,7 +398,7 @@ def test_sdxl_with_each_preset(preset: str) -> None:
     assert_renders(unmerged)
     assert merged != unmerged
     if LOG:
-        (line,) = [line for line in log_after(mark).splitlines() if f"ToMe ({preset} for sdxl)" in line]
+        (line,) = [line for line in log_after(mark).splitlines() if f"{head()} ({preset} for sdxl)" in line]
         assert line.endswith(sdxl_kinds(preset)), line
 
 
@@ -401,25 +408,19 @@ SDXL_BLOCKS = {2: 10, 4: 60}
 
 
 def sdxl_kinds(preset: str) -> str:
-    """What the log must name for `preset` on SDXL, counted from the preset's config and SDXL's layout."""
+    """What the log must name for `preset` on SDXL: the block table of the preset's config on SDXL's layout."""
     import tome_core
 
     config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
-    auto = frozenset(SDXL_BLOCKS)
-    levels = [level for level in SDXL_BLOCKS if config.merges_level(level, auto)]
-    merged = sum(SDXL_BLOCKS[level] for level in levels)
-    pooled = sum(SDXL_BLOCKS[level] for level in SDXL_BLOCKS if config.pools_level(level, auto))
-    if config.merge_attn and config.mode == "kv":
-        pooled += merged
-    parts = [f"keys/values pooled for self-attention in {pooled}"] if pooled else []
-    if config.merge_attn and config.mode == "merge":
-        parts.append(f"self-attention merged in {merged}")
-    if config.merge_crossattn:
-        parts.append(f"cross-attention merged in {merged}")
-    if config.merge_mlp:
-        mlp = sum(SDXL_BLOCKS[level] for level in levels if level >= config.mlp_min_downsample)
-        parts.append(f"feed-forward (MLP) merged in {mlp}")
-    blocks = pooled + (0 if config.mode == "kv" and config.merge_attn else merged)
+    table = tome_core.layout_table(SDXL_BLOCKS, config)  # what the patch plans; the log counts what ran
+    words = {
+        "kv": "keys/values pooled for self-attention",
+        "attn1": "self-attention merged",
+        "attn2": "cross-attention merged",
+        "ff": "feed-forward (MLP) merged",
+    }
+    parts = [f"{words[name]} in {count}" for name, count in table.modules()]
+    blocks = len(table.acting)
     return f"ran in {blocks} of {blocks} selected blocks (70 transformer blocks): {', '.join(parts)}"
 
 
@@ -503,7 +504,7 @@ def test_torch_compile_model_with_our_node_in_either_order(kind: str, order: str
     assert pixel_difference(out["compiled"], out["compiled_plain"])[0] > 2 * COMPILED_MAX_LEVELS
     if LOG:
         text = log_after(mark)
-        lines = [line for line in text.splitlines() if line.startswith(f"ToMe ({preset} for {family}): ran in ")]
+        lines = [line for line in text.splitlines() if line.startswith(f"{head()} ({preset} for {family}): ran in ")]
         assert len(lines) == 2, lines
         compiled_lines = [line for line in lines if " under torch.compile (backend inductor): " in line]
         assert len(compiled_lines) == 1, lines

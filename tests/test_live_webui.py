@@ -462,7 +462,9 @@ def expected_entries(args: list[Any], *, with_hires: bool) -> dict[str, str]:
 
 
 def ours(extra: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in extra.items() if key.startswith("ToMe ") and key != "ToMe builtin"}
+    """Our entries of the settings and what ran (not the built-in's switch-off, not the version)."""
+    records = ("ToMe builtin", "ToMe version")
+    return {key: value for key, value in extra.items() if key.startswith("ToMe ") and key not in records}
 
 
 def test_preset_records_the_preset_and_the_values_that_ran() -> None:
@@ -472,6 +474,9 @@ def test_preset_records_the_preset_and_the_values_that_ran() -> None:
     extra = extra_params(payload)
     assert extra["ToMe preset"] == "fastest"
     assert ours(extra) == expected_entries(args, with_hires=False)  # no note, no error: every selected block merged
+    import tome_core  # the server runs this checkout
+
+    assert extra["ToMe version"] == tome_core.__version__
     assert "ToMe preset: fastest" in info_of(payload)["infotexts"][0]
 
 

@@ -90,7 +90,7 @@ def test_the_details_say_what_runs_and_where_it_was_measured(name: str, family: 
     preset = get_preset(name)
     measured = preset.measured[family]
     details = preset_details(name, family)
-    assert details.startswith(f"{FAMILY_LABELS[family]}: {describe_config(preset.config(family))} (measured: ")
+    assert details.startswith(f"{FAMILY_LABELS[family]}: {describe_config(preset.config(family), family)} (measured: ")
     assert measured.setting in details and f"{measured.speedup:.3g}\u00d7" in details
     assert preset_details(name).splitlines() == [preset_details(name, f) for f in FAMILIES]
 

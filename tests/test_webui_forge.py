@@ -167,7 +167,8 @@ def test_attention_replaced_by_another_extension_is_noted(
     note = f"{verb} 0 of 4 blocks (attention replaced by another extension)"
     assert processed.extra_generation_params[NOTE] == note
     assert all(f"ToMe note: {note}" in text for text in processed.infotexts)
-    assert [r.message for r in caplog.records] == [f"ToMe: {note}"]  # one log line per generation
+    # one log line per generation, with the version a bug report needs
+    assert [r.message for r in caplog.records] == [f"ToMe {tome_core.__version__}: {note}"]
     # Nothing merged, so the images are the host's own.
     assert all(torch.equal(a, b) for a, b in zip(p0.sampler.outputs(), p.sampler.outputs(), strict=True))
 

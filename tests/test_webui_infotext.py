@@ -24,6 +24,7 @@ from webui_stub.harness import (
     ui_paste,
 )
 
+import tome_core
 from tome_core import FAMILIES, TomeConfig, field_specs, get_preset
 from tome_webui import infotext
 from tome_webui.params import (
@@ -314,6 +315,29 @@ def test_false_values_stay_false_and_bad_values_are_skipped(runners: dict[str, s
     assert values["sx"] is None  # unreadable: the control is left as it is, no error reaches the WebUI
     assert values["preset"] is None
     assert values["hr_mode"] == "off"
+
+
+def test_the_version_reads_as_one_value_and_paste_ignores_it(runners: dict[str, scripts.ScriptRunner]) -> None:
+    """`ToMe version` is a record for bug reports, not a setting: no control reads it, so pasting an image (here, or
+    into another version of the extension) restores exactly what it would without the key."""
+    assert infotext.VERSION_KEY == "ToMe version" and infotext.VERSION_KEY not in infotext.VALUE_KEYS
+    job = resolve([{"preset": "fast", "hires": {"ratio": 0.3}}])
+    assert job is not None
+    text = infotext_of(job, extra={infotext.VERSION_KEY: tome_core.__version__})
+    params = parse_generation_parameters(text)
+    assert params[infotext.VERSION_KEY] == tome_core.__version__  # one value: never split like "2x2"
+    without = {key: value for key, value in params.items() if key != infotext.VERSION_KEY}
+    for tab in ("txt2img", "img2img"):
+        fields = runners[tab].infotext_fields
+        assert infotext.VERSION_KEY not in [str(name) for _, name in fields]
+        assert ui_paste(fields, params) == ui_paste(fields, without)
+        assert api_infotext(fields, params) == api_infotext(fields, without)
+    # An image ToMe refused to run on carries the version beside the error, and pastes with ToMe off.
+    failed = parse_generation_parameters(
+        f'x\nSteps: 20, Seed: 1, ToMe error: "ratio must be a number in [0, 0.95], got 5", ToMe version: '
+        f"{tome_core.__version__}"
+    )
+    assert api_infotext(runners["txt2img"].infotext_fields, failed)[0] is False
 
 
 def test_send_to_img2img_matches_the_controls_of_both_tabs(runners: dict[str, scripts.ScriptRunner]) -> None:

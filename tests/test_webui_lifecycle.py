@@ -110,7 +110,10 @@ def test_disabled_with_invalid_other_args_says_so(models: dict[str, torch.nn.Mod
     """The script refuses what the API check refuses (tome_webui.params.resolve), also with ToMe off."""
     webui = make("1.10", models)
     p, _ = webui.txt2img(tome_args(False, ratio=5))
-    assert p.extra_generation_params == {"ToMe error": "ratio (args[1]) must be a number in [0, 0.95], got 5"}
+    assert p.extra_generation_params == {
+        "ToMe error": "ratio (args[1]) must be a number in [0, 0.95], got 5",
+        "ToMe version": tome_core.__version__,
+    }
     assert_clean(webui)
 
 
@@ -126,6 +129,17 @@ def test_txt2img_without_hires(version: str, models: dict[str, torch.nn.Module])
     assert all(r.hooks > 0 for r in p.sampler.records)
     extra = json.loads(processed.js())["extra_generation_params"]
     assert extra["ToMe ratio"] == "0.5" and "ToMe hires" not in extra
+    assert_clean(webui)
+
+
+def test_the_infotext_names_the_version_that_ran(models: dict[str, torch.nn.Module]) -> None:
+    """Where a WebUI user reports a problem from: the image's infotext (and the API's `info`) says which version of
+    the extension made it."""
+    webui = make("1.10", models)
+    _, processed = webui.txt2img(custom_args(ratio=0.5), enable_hr=True)
+    extra = json.loads(processed.js())["extra_generation_params"]
+    assert extra[infotext.VERSION_KEY] == tome_core.__version__
+    assert f"ToMe version: {tome_core.__version__}" in processed.infotexts[0]
     assert_clean(webui)
 
 
@@ -249,14 +263,24 @@ def test_exception_mid_generation_is_healed_by_the_next_generation(
     assert_clean(webui)
 
 
-def test_invalid_args_leave_tome_off_and_say_why(models: dict[str, torch.nn.Module]) -> None:
+def test_invalid_args_leave_tome_off_and_say_why(
+    models: dict[str, torch.nn.Module], caplog: pytest.LogCaptureFixture
+) -> None:
     webui = make("1.10", models)
     shared.opts.data["token_merging_ratio"] = 0.3
-    p, processed = webui.txt2img([True, 5])
+    with caplog.at_level(logging.WARNING, logger="tome"):
+        p, processed = webui.txt2img([True, 5])
+    assert [r.getMessage() for r in caplog.records if r.name == "tome"] == [
+        f"ToMe {tome_core.__version__}: not applied, invalid arguments: ratio (args[1]) must be a number in"
+        " [0, 0.95], got 5"
+    ]
     assert all(r.config is None for r in p.sampler.records)
     assert all(r.builtin == 0.3 for r in p.sampler.records)  # the built-in works as before
     extra = json.loads(processed.js())["extra_generation_params"]
-    assert extra == {"ToMe error": "ratio (args[1]) must be a number in [0, 0.95], got 5"}
+    assert extra == {
+        "ToMe error": "ratio (args[1]) must be a number in [0, 0.95], got 5",
+        "ToMe version": tome_core.__version__,
+    }
     assert 'ToMe error: "ratio (args[1]) must be a number in [0, 0.95]' in processed.infotexts[0]
     assert_clean(webui)
 
@@ -478,7 +502,7 @@ def test_attention_replaced_in_the_hires_pass_is_noted_per_pass(
     note = "hires pass: merged in 0 of 3 blocks (attention replaced by another extension)"
     assert processed.extra_generation_params["ToMe note"] == note
     assert all(f'ToMe note: "{note}"' in text for text in processed.infotexts)
-    assert [r.message for r in caplog.records] == [f"ToMe: {note}"]
+    assert [r.message for r in caplog.records] == [f"ToMe {tome_core.__version__}: {note}"]
     assert_clean(webui)
 
 

@@ -209,7 +209,9 @@ def test_pipeline_without_a_unet_gets_a_note_and_runs_unchanged(caplog: pytest.L
         _, processed = webui.run(tome=custom_args(), enable_hr=True)
     assert processed is not None
     assert processed.extra_generation_params[NOTE] == "not applied: TransformerPipeline has no UNet to patch"
-    assert [r.message for r in caplog.records] == ["ToMe: not applied: TransformerPipeline has no UNet to patch"]
+    assert [r.message for r in caplog.records] == [
+        f"ToMe {tome_core.__version__}: not applied: TransformerPipeline has no UNet to patch"
+    ]
     assert errors.reported == []
 
 

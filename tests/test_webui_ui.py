@@ -181,7 +181,7 @@ def test_note_for_the_hires_pass_with_presets() -> None:
     # Own max downsample 1 lies below the preset's first merging level (4): the hires pass merges from level 1, with
     # the hires controls' own strides (2x2 by default).
     sdxl = get_preset("fast").config("sdxl").replace(ratio=0.7, max_downsample=1, min_downsample=1, sx=2, sy=2)
-    assert f"Hires pass, SDXL: {ui.describe(sdxl)}" in visible_text(custom)
+    assert f"Hires pass, SDXL: {ui.describe(sdxl, 'sdxl')}" in visible_text(custom)
     loaded = ui.note_html({"preset": "fast", "hr_mode": "own", "hr_preset": "custom"}, is_img2img=False, family="sd")
     assert "Hires pass, SD1/SD2: " in visible_text(loaded) and "SDXL" not in visible_text(loaded)
     assert "Hires pass: no merging" in ui.note_html({"preset": "fast", "hr_mode": "off"}, is_img2img=False)

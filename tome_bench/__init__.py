@@ -10,6 +10,8 @@ interleaved in one process.
     python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv
     python -m tome_bench --steps 10 --peers all --presets all     # whole generations beside every peer
     python -m tome_bench --steps 10 --strength 0.5 --sizes 1024   # a hires-style pass: the last 5 of 10 steps
+    python -m tome_bench --checkpoint FILE --images   # your checkpoint, unpatched and at each preset: a labelled grid
+    python -m tome_bench --gpu-job                    # the GPU session's job (profiles, wall clocks, compiled modes)
 
 For every architecture and size the per-call mode times one UNet call with batch 2 (cond + uncond, as a sampler
 does) for the unpatched baseline and, at each ratio, `tome_core.apply_patch` with the config under test and
@@ -26,11 +28,12 @@ seeded random latents and text states. tomesd and the other peers are optional: 
 note or a row saying why.
 
 Modules: `cli` (options and `main`), `options` (the parsed options and result rows every module shares), `run`
-(variants and timing of one call), `generate` (whole generations), `peers`, `report` (tables, plot, reports,
-JSON), `timing` (the timed call and the clocks), `progress` (the lines with the time left), `gpu_estimate` (the
-meta-device trace and GPU cost model) and `gpu_table` (its table beside the CPU figures), `ops` (the aten op
+(variants, timing of one call, the merge overhead on the product's path), `generate` (whole generations), `images`
+(a checkpoint's decoded images in a grid), `peers`, `report` (tables, plot, reports, JSON), `timing` (the timed call,
+the clocks, the timing lock), `gpu_estimate` (the meta-device trace and GPU cost model), `gpu_table` (its table
+beside the CPU figures) and `calibrate` (its fit to GPU profiles), `gpu_job` (the GPU job), `ops` (the aten op
 counter the core's tests use too) and `archs` (the SD1.5/SDXL UNet configs, random weights, checkpoint loading,
-inputs).
+inputs). Progress is tqdm's; FLOPs are `torch.utils.flop_counter`'s, repeated small timings `torch.utils.benchmark`'s.
 
 This package is not part of the library: `import tome_core` never loads it, nor does the extension. Importing
 `tome_bench` itself loads nothing but this file, so that `tome_bench.ops` and `tome_bench.archs` come without

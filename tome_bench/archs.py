@@ -321,6 +321,21 @@ def _check_context_dim(state: Mapping[str, torch.Tensor], spec: Arch, path: str)
             return
 
 
+def checkpoint_arch(path: str | os.PathLike[str]) -> str:
+    """The architecture name of a checkpoint's UNet ("sd15" or "sdxl"), told by the width of the text states it
+    cross-attends to; ValueError naming the family when it is neither."""
+    from safetensors import safe_open
+
+    with safe_open(os.fspath(path), framework="pt", device="cpu") as f:
+        key = next((k for k in f.keys() if k.endswith("attn2.to_k.weight")), None)  # noqa: SIM118 (not iterable)
+        width = None if key is None else int(f.get_slice(key).get_shape()[1])
+    found = [spec.name for spec in ARCHS.values() if spec.context_dim == width and not spec.name.startswith("tiny")]
+    if not found:
+        family = "no cross-attention weights" if width is None else _CONTEXT_FAMILIES.get(width, f"{width}-wide")
+        raise ValueError(f"{path}: not an SD1.5 or SDXL checkpoint ({family}); name the architecture with --arch")
+    return found[0]
+
+
 # ---------------------------------------------------------------------------------------------- inputs
 
 

@@ -1,9 +1,12 @@
 """Fit `gpu_estimate.GpuSpec` to GPU kernel profiles and report the estimate's error against each.
 
-A profile (JSON, a list of rows) gives per (arch, size, variant) the GPU busy time of one UNet call and the device
-time per aten operation (`tome_gpu_profile.py` and `gpu_job.py` in docs/runs write them). The same call is traced on
-the meta device here, priced per operation, and the parameters are fitted to the profile's per-operation times
-(log error, so that small and large operations weigh alike). `python -m tome_bench.calibrate PROFILE.json ...`
+A profile gives per (arch, size, variant) the GPU busy time of one UNet call and the device time per aten
+operation: `python -m tome_bench --gpu-job` writes OUT/gpu.json ({"device", "rows"}; each eager row carries the
+TomeConfig it ran as `fields`, so any variant, candidates included, is rebuilt with `apply_patch(unet, **fields)`),
+and the older runs in docs/runs hold lists of rows without fields (their variants are named: `LEGACY_VARIANTS`).
+The same call is traced on the meta device here, priced per operation, and the parameters are fitted to the
+profile's per-operation times (log error, so that small and large operations weigh alike); a profile that another
+process disturbed (`gpu_job.disturbed`) is left out of the fit. `python -m tome_bench.calibrate PROFILE.json ...`
 prints the fit and the error table.
 """
 
@@ -13,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +25,9 @@ from typing import Any
 import torch
 
 from tome_bench.gpu_estimate import KIND, GpuSpec, TracedOp, meta_unet, trace_call
+
+#: What patches a UNet (or undoes that).
+Patch = Callable[[torch.nn.Module], Any]
 
 #: The aten names a CUDA profile shows, mapped to the names the meta trace records.
 CUDA_NAMES: Mapping[str, str] = {
@@ -79,28 +86,81 @@ class Point:
     busy_ms: float
     per_name_ms: dict[str, float]
     ops: dict[tuple[str, str], TracedOp]  # summed per (profile name, kind)
+    #: Its untouched operations ran slower than the baseline's (`gpu_job.disturbed`): left out of the fit.
+    disturbed: bool = False
 
 
-def load_points(paths: Sequence[Path], variants: Mapping[str, Callable[[torch.nn.Module], Any] | None]) -> list[Point]:
-    rows = [row for path in paths for row in json.loads(Path(path).read_text())]
+#: The variants of the profiles that carry no fields (docs/runs before `--gpu-job`), by name: the presets as defined
+#: today (they were tuned since, so those rows price today's presets against older measurements) and the extras.
+LEGACY_VARIANTS: Mapping[str, Mapping[str, Any] | None] = {
+    "baseline": None,
+    **{name: {"preset": name} for name in ("quality", "balanced", "fast", "fastest")},
+    "kv2-l1": {"mode": "kv", "max_downsample": 1},
+    "kv4-l1": {"mode": "kv", "max_downsample": 1, "sx": 4, "sy": 4},
+    "kv4-l4": {"mode": "kv", "max_downsample": 4, "sx": 4, "sy": 4},
+    "tome.5-l1": {"ratio": 0.5, "max_downsample": 1},
+    "kv4": {"mode": "kv", "sx": 4, "sy": 4},
+    "mlp.9-l4-nocross": {"mode": "kv", "merge_mlp": True, "mlp_min_downsample": 4, "mlp_ratio": 0.9},
+}
+_UNKNOWN = object()
+
+
+def profile_rows(path: Path) -> list[dict[str, Any]]:
+    """The profiled eager calls of a profile file: gpu.json's rows of the eager part, or an older file's list."""
+    data = json.loads(Path(path).read_text())
+    rows = data["rows"] if isinstance(data, dict) else data
+    return [r for r in rows if "gpu_busy_ms" in r and r.get("part", "eager") == "eager"]
+
+
+def patcher(row: Mapping[str, Any]) -> tuple[Patch | None, Patch | None] | object:
+    """(apply, remove) of the variant a row measured (None, None for the unpatched UNet), from its `fields` or, in an
+    older profile, its name; `_UNKNOWN` when neither says (a variant of an older run that no name here describes)."""
+    from tome_core import apply_patch
+
+    fields = row["fields"] if "fields" in row else LEGACY_VARIANTS.get(row["variant"], _UNKNOWN)
+    if fields is _UNKNOWN:
+        return _UNKNOWN
+    if fields is None:
+        return None, None
+    if fields == "tomesd":
+        try:
+            import tomesd
+        except ImportError:
+            return _UNKNOWN
+        return (lambda unet: tomesd.apply_patch(unet, ratio=0.5)), tomesd.remove_patch
+    return (lambda unet, f=dict(fields): apply_patch(unet, **f)), None
+
+
+def load_points(paths: Sequence[Path]) -> list[Point]:
+    """A point per profiled call whose variant can be rebuilt (`patcher`), its ops summed per cost-model kind."""
+    from tome_bench.gpu_job import disturbed
+
+    rows = [row for path in paths for row in profile_rows(path)]
+    bases = {(r["arch"], r["size"]): r for r in rows if r["variant"] == "baseline"}
     points, unets = [], {}
     for row in rows:
-        name = row["variant"]
-        if name not in variants:
+        found = patcher(row)
+        if found is _UNKNOWN:
             continue
+        apply, remove = found  # type: ignore[misc]
         arch = row["arch"]
         if arch not in unets:
             unets[arch] = meta_unet(arch)
-        tr = trace_call(unets[arch], arch, row["size"], variants[name])
-        if "ops" in row:  # gpu_job.py: [name, shapes, count, device ms, cpu ms] per (name, shapes)
-            per_name: dict[str, float] = defaultdict(float)
+        label = f"{arch} {row['size']} {row['variant']}"
+        try:
+            tr = trace_call(unets[arch], arch, row["size"], apply, remove=remove)
+        except ValueError as exc:  # an older run's settings that today's TomeConfig refuses: that call is left out
+            print(f"{label}: left out, {exc}", file=sys.stderr)
+            continue
+        per_name: dict[str, float] = defaultdict(float)
+        if "ops" in row:  # gpu_job: [name, shapes, count, device ms, cpu ms] per (name, shapes)
             for op in row["ops"]:
                 per_name[profile_kind(op[0])] += op[3]
         else:  # tome_gpu_profile.py: the top operations, [name, count, device ms, cpu ms]
-            per_name = defaultdict(float)
             for op in row["top"]:
                 per_name[profile_kind(op[0])] += op[2]
-        points.append(Point(f"{arch} {row['size']} {name}", row["gpu_busy_ms"], dict(per_name), _aggregate(tr.ops)))
+        noisy = "ops" in row and disturbed(row, bases.get((arch, row["size"])))
+        points.append(Point(label, row["gpu_busy_ms"], dict(per_name), _aggregate(tr.ops), noisy))
     return points
 
 
@@ -142,10 +202,9 @@ def error_table(gpu: GpuSpec, points: Sequence[Point]) -> list[tuple[str, float,
 
 def main(argv: Sequence[str] | None = None) -> None:
     from tome_bench.gpu_estimate import GPUS
-    from tome_core import apply_patch
 
     ap = argparse.ArgumentParser(prog="python -m tome_bench.calibrate", description=__doc__)
-    ap.add_argument("profiles", nargs="+", type=Path)
+    ap.add_argument("profiles", nargs="+", type=Path, help="gpu.json of --gpu-job, or an older profile in docs/runs")
     ap.add_argument("--gpu", default="h200", choices=sorted(GPUS))
     ap.add_argument("--fit", action="store_true", help="fit the parameters (else report the error of today's)")
     ap.add_argument(
@@ -153,22 +212,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
 
-    variants: dict[str, Callable[[torch.nn.Module], Any] | None] = {"baseline": None}
-    for p in ("quality", "balanced", "fast", "fastest"):
-        variants[p] = lambda unet, p=p: apply_patch(unet, preset=p)
-    extra = {
-        "kv2-l1": {"mode": "kv", "max_downsample": 1},
-        "kv4-l1": {"mode": "kv", "max_downsample": 1, "sx": 4, "sy": 4},
-        "kv4-l4": {"mode": "kv", "max_downsample": 4, "sx": 4, "sy": 4},
-        "tome.5-l1": {"ratio": 0.5, "max_downsample": 1},
-        "kv4": {"mode": "kv", "sx": 4, "sy": 4},
-        "mlp.9-l4-nocross": {"mode": "kv", "merge_mlp": True, "mlp_min_downsample": 4, "mlp_ratio": 0.9},
-    }
-    for name, fields in extra.items():
-        variants[name] = lambda unet, f=fields: apply_patch(unet, **f)
-    points = load_points(args.profiles, variants)
+    # A CPU smoke run (--gpu-job --smoke) profiles no kernels: nothing to fit to.
+    points = [p for p in load_points(args.profiles) if p.busy_ms > 0]
     gpu = GPUS[args.gpu]
-    excluded = {e.strip() for e in args.exclude.split(",") if e.strip()}
+    excluded = {e.strip() for e in args.exclude.split(",") if e.strip()} | {p.label for p in points if p.disturbed}
     if args.fit:
         gpu = fit(gpu, [p for p in points if p.label not in excluded])
         print(gpu)

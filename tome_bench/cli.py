@@ -1,6 +1,6 @@
 """Command line of the benchmark: the options, the main job and the matrices of both modes, and `main` (the
-per-call mode; the whole-generation mode, `--steps N`, runs `generate.main`; `--gpu-estimate` prints the GPU
-estimate alone)."""
+per-call mode; the whole-generation mode, `--steps N`, runs `generate.main`; `--images`, `images.main`;
+`--gpu-estimate` prints the GPU estimate alone; `--gpu-job` hands the rest of the line to `gpu_job.main`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ import torch
 import tome_core
 from tome_bench import archs, compiled, gpu_estimate, gpu_table, peers, report, run
 from tome_bench.options import CLOCK_NAMES, LATENT_KINDS, SCHEDULERS, Options, OverheadRow, Row, steps_at_strength
-from tome_bench.progress import Progress, call_flops, clock_text
 from tome_core import FieldSpec, TomeConfig, field_spec, field_specs
 
 VARIANTS = ("baseline", "ours", "tomesd")
@@ -80,10 +80,17 @@ MAIN_VARIANTS = ("baseline", "tomesd")
 MAIN_RATIOS = "0.5"
 #: Options that pick variants or a matrix: with any of them a run is the comparison they describe (the rest from
 #: `COMPARE_MATRIX`, or `FULL_MATRIX` on cuda), not the main job.
-COMPARISON_OPTIONS = ("--compare", "--full", "--quick", "--ratios", "--variants", "--set", "--ours", "--steps")
-#: A first guess of the seconds building a UNet with random weights takes per parameter (the progress display's,
-#: corrected by the first build).
-BUILD_S_PER_PARAM = 1.5e-8
+COMPARISON_OPTIONS = (
+    "--compare",
+    "--full",
+    "--quick",
+    "--ratios",
+    "--variants",
+    "--set",
+    "--ours",
+    "--steps",
+    "--images",
+)
 
 
 def _defaults(name: str) -> str:
@@ -138,6 +145,12 @@ GEN_COMMANDS = (
     "python -m tome_bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15",
     "python -m tome_bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl",
 )
+#: --images: sampler steps and the prompt, unless --steps and --prompt say otherwise; the size is the
+#: architecture's native one (SD1.5 512 px, SDXL 1024 px) unless --sizes says otherwise.
+IMAGE_STEPS = 20
+IMAGE_PROMPT = "a lighthouse on a rocky coast at sunset, waves, detailed photograph"
+#: Options the image grid does not take (it runs the unpatched model and the presets, one whole generation each).
+NOT_WITH_IMAGES = ("--ratios", "--variants", "--set", "--ours", "--peers", "--strength", "--compile", "--latents")
 #: Largest size (px) at which operations per merged block are counted.
 OPS_SIZE = 256
 #: Fields of TomeConfig that --set may not touch because another option owns them.
@@ -290,7 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"untimed warm-up rounds of every variant before the timed ones ({_defaults('warmup')}); 0 still"
         " makes one untimed baseline call first (in the main job, with a second start latent: its untimed round)",
     )
-    p.add_argument("--checkpoint", default=None, help="real UNet weights: .safetensors, diffusers or single-file SD")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="real UNet weights: .safetensors, diffusers or single-file SD (with --images: a single-file SD1.x or SDXL"
+        " checkpoint, whose UNet, VAE and text encoders are used)",
+    )
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out/)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
@@ -395,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
         " of waiting), so that none compiles on the CPU while another times",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--prompt", default=None, help=f"with --images: the prompt (default {IMAGE_PROMPT!r})")
     p.add_argument("--timestep", type=int, default=500, help="UNet timestep of the step (default 500; per-call mode)")
     gen = p.add_argument_group("whole generations")
     gen.add_argument(
@@ -432,6 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     matrix.add_argument("--quick", action="store_true", help=f"smoke test: {QUICK_MATRIX.describe()}")
     matrix.add_argument(
+        "--images",
+        action="store_true",
+        help="with --checkpoint FILE: one prompt and seed (--prompt, --seed) through your checkpoint, unpatched and at"
+        f" each preset (--presets), {IMAGE_STEPS} Euler steps (--steps, --scheduler, --guidance) at the architecture's"
+        " native size (--sizes), decoded by the checkpoint's VAE into OUT/images.png: a labelled grid with the speed"
+        " (sampler time, unpatched over patched, side by side in this process), the PSNR against the unpatched image,"
+        " the high-frequency energy kept (as ToDo measures it) and the latent change under each image; the numbers"
+        " in OUT/images.json and images.md. The prompt is encoded by the checkpoint's text encoders when CLIP's"
+        " tokenizer is in the local Hugging Face cache (nothing is downloaded), else seeded text states stand in and"
+        " the grid says so. --arch defaults to the checkpoint's (SD1.5 or SDXL); on cuda where available",
+    )
+    matrix.add_argument(
         "--compare",
         action="store_true",
         help=f"ours (ratio 0.5) beside tomesd on SD1.5, the default before the main job: {COMPARE_MATRIX.describe()}",
@@ -462,6 +493,7 @@ def is_comparison(a: argparse.Namespace) -> bool:
         or a.sets
         or a.extra_ours
         or a.steps is not None
+        or a.images
     )
 
 
@@ -540,10 +572,12 @@ def parse_options(argv: Sequence[str]) -> Options:
     if device is None:
         # The main job runs where a user's images are made; a comparison stays on the device it is told (the
         # tests' in-process runs among them), and --clock cpu times the CPU only.
-        device = "cuda" if main_job and a.clock != "cpu" and torch.cuda.is_available() else "cpu"
+        device = "cuda" if (main_job or a.images) and a.clock != "cpu" and torch.cuda.is_available() else "cpu"
         if device == "cuda":
             device_note = "CUDA is available: the main job runs on the GPU in fp16 (--device cpu times the CPU instead)"
     try:
+        if a.images:
+            a.arch, a.steps, a.presets = _images_defaults(a)
         if a.gpu_estimate and comparison:
             raise ValueError(
                 "--gpu-estimate estimates the presets and tomesd; it takes --arch, --sizes, --presets, --gpu and"
@@ -562,7 +596,10 @@ def parse_options(argv: Sequence[str]) -> Options:
                     + (" against tomesd (--variants)" if name == "--peers" else "")
                 )
         names = [spec.name for spec in arches]
-        if comparison:
+        if a.images:
+            size_defaults = {spec.name: str(spec.native_size) for spec in arches}
+            ratios_text, default_repeats, default_warmup = MAIN_RATIOS, 1, 0
+        elif comparison:
             matrix = pick_matrix(a.full, a.quick, device, a.steps)
             size_defaults = {name: matrix.sizes for name in names}
             ratios_text, default_repeats, default_warmup = matrix.ratios, matrix.repeats, matrix.warmup
@@ -572,6 +609,8 @@ def parse_options(argv: Sequence[str]) -> Options:
             ratios_text, default_repeats, default_warmup = MAIN_RATIOS, job.repeats, 0
         arch_sizes = parse_sizes(a.sizes, names, size_defaults)
         sizes = list(dict.fromkeys(size for name in names for size in arch_sizes[name]))
+        if a.images and len(sizes) > 1:
+            raise ValueError(f"--images makes one grid at one size, got --sizes {a.sizes}")
         ratios = _csv(a.ratios or ratios_text, _ratio, "ratio")
         repeats = a.repeats if a.repeats is not None else default_repeats
         warmup = a.warmup if a.warmup is not None else default_warmup
@@ -660,7 +699,32 @@ def parse_options(argv: Sequence[str]) -> Options:
         gpu=a.gpu,
         estimate_only=a.gpu_estimate,
         device_note=device_note,
+        images=a.images,
+        prompt=IMAGE_PROMPT if a.prompt is None else a.prompt,
     )
+
+
+def _images_defaults(a: argparse.Namespace) -> tuple[str, int, str]:
+    """--images: (arch, steps, presets) with their defaults, after checking what it needs and what it does not take."""
+    given = {
+        "--ratios": a.ratios is not None,
+        "--variants": a.variants is not None,
+        "--set": bool(a.sets),
+        "--ours": bool(a.extra_ours),
+        "--peers": a.peers is not None,
+        "--strength": a.strength is not None,
+        "--compile": a.compile is not None,
+        "--latents": a.latents is not None,
+    }
+    refused = [name for name in NOT_WITH_IMAGES if given[name]]
+    if refused:
+        raise ValueError(f"--images runs the unpatched model and the presets; it does not take {', '.join(refused)}")
+    if not a.checkpoint:
+        raise ValueError("--images needs --checkpoint FILE: your single-file SD1.5 or SDXL .safetensors")
+    if not os.path.isfile(a.checkpoint) or not a.checkpoint.endswith(".safetensors"):
+        raise ValueError(f"--checkpoint must be a .safetensors file, got {a.checkpoint!r}")
+    arch = a.arch or archs.checkpoint_arch(a.checkpoint)
+    return arch, IMAGE_STEPS if a.steps is None else a.steps, a.presets or "all"
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -675,6 +739,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return gpu_job.main([a for a in argv if a != "--gpu-job"])
     opts = parse_options(argv)
+    if opts.images:
+        from tome_bench import images
+
+        return images.main(opts, argv)
     if opts.steps is not None:
         from tome_bench import generate  # imports diffusers' pipelines (and transformers) only when needed
 
@@ -711,28 +779,14 @@ def _idle_note(arch: str, opts: Options) -> str:
     )
 
 
-def _plan_estimate(opts: Options, tomesd: Any | None, progress: Progress, trace_s: dict[str, float]) -> None:
-    """The GPU estimate's tasks, guessed from one trace of each architecture."""
-    for name, sizes in opts.estimate_sizes.items():
-        if name not in trace_s:
-            _, trace_s[name] = call_flops(name, (sizes[0], sizes[0]))
-        variants = gpu_table.variants_of(opts, gpu_estimate.meta_unet(name), tomesd)
-        for size in sizes:
-            guess = gpu_table.traces_per_size(len(variants)) * trace_s[name]
-            progress.plan_task(f"estimate {name} {size}", "estimate", guess)
-
-
-def _run_estimate(
-    opts: Options, tomesd: Any | None, progress: Progress
-) -> tuple[list[gpu_estimate.EstimateRow], list[str]]:
+def _run_estimate(opts: Options, tomesd: Any | None) -> tuple[list[gpu_estimate.EstimateRow], list[str]]:
     """The estimate rows of every architecture and size of `opts.estimate_sizes`, and the variants in order."""
     rows: list[gpu_estimate.EstimateRow] = []
     order: list[str] = []
     label = gpu_estimate.GPUS[opts.gpu].name
     for name, sizes in opts.estimate_sizes.items():
         for size in sizes:
-            what = f"GPU estimate: {name} {size} px on the {label}, traced on the meta device"
-            with progress.task(f"estimate {name} {size}", what):
+            with task(f"GPU estimate: {name} {size} px on the {label}, traced on the meta device"):
                 size_rows, names = gpu_table.estimate(opts, name, size, tomesd)
             rows += size_rows
             order += names
@@ -752,9 +806,7 @@ def main_estimate(opts: Options) -> int:
     """--gpu-estimate: the estimate's table alone, printed; nothing built or timed, no file written."""
     notes: list[str] = []
     tomesd, _ = _load_tomesd(opts, notes)
-    progress = Progress()
-    _plan_estimate(opts, tomesd, progress, {})
-    rows, order = _run_estimate(opts, tomesd, progress)
+    rows, order = _run_estimate(opts, tomesd)
     idle = _idle_map(opts, tomesd, list(opts.estimate_sizes))
     print(f"## What to expect on a GPU (estimated, not measured: {gpu_estimate.GPUS[opts.gpu].name}, fp16)")
     print()
@@ -807,37 +859,30 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
     info = report.machine_info(opts, tomesd_version)
     if opts.main_job:
         print(main_job_header(opts, tomesd), flush=True)
-    progress = Progress()
-    # The plan, for the progress display's estimate of the time left: per architecture its build, its calls per
-    # size (weighted by the unpatched call's FLOPs) and, in the main job, the GPU estimate's traces.
-    trace_s: dict[str, float] = {}
+    # The plan of UNet calls per architecture and size, each weighed by its unpatched call's FLOPs for the bar.
+    plan: dict[str, tuple[int, float]] = {}
     idle: dict[str, str] = {}
     for spec in opts.arches:
         meta = gpu_estimate.meta_unet(spec.name)
-        params = sum(p.numel() for p in meta.parameters())
-        progress.plan_task(f"build {spec.name}", "build", params * BUILD_S_PER_PARAM)
         variants = len(run.run_variants(opts, meta, tomesd))
         label = _idle_tomesd(opts, meta, tomesd)
         if label is not None:
             idle[spec.name] = label
             notes.append(_idle_note(spec.name, opts))
         if not opts.main_job:
-            ops_at = _ops_size(opts, spec.name)[1]
-            flops, trace_s[spec.name] = call_flops(spec.name, ops_at)
-            progress.plan_calls(f"ops {spec.name}", 1 + 2 * len(run.make_variants(opts, meta, tomesd)[1:]), flops)
+            calls = 1 + 2 * len(run.make_variants(opts, meta, tomesd)[1:])
+            plan[f"ops {spec.name}"] = (calls, call_flops(meta, spec.name, _ops_size(opts, spec.name)[1]))
         for size in opts.sizes_of(spec.name):
-            flops, trace_s[spec.name] = call_flops(spec.name, size)
-            progress.plan_calls(f"{spec.name} {size}", run.calls_per_size(opts, variants), flops)
-            progress.plan_task(f"overhead {spec.name} {size}", "overhead", 1.0)
-    _plan_estimate(opts, tomesd, progress, trace_s)
-    progress.say(f"{progress.total_calls} UNet calls planned; {progress.status()}")
+            plan[f"{spec.name} {size}"] = (run.calls_per_size(opts, variants), call_flops(meta, spec.name, size))
+    progress = CallBar(plan)
+    tqdm_write(f"{progress.calls} UNet calls planned")
 
     rows: list[Row] = []
     overhead: list[OverheadRow] = []
     checks: list[tuple[bool, str]] = []
     for spec in opts.arches:
         weights = f"{opts.checkpoint}" if opts.checkpoint else "random weights"
-        with progress.task(f"build {spec.name}", f"{spec.name}: building the UNet ({weights}, {opts.dtype_name})"):
+        with task(f"{spec.name}: building the UNet ({weights}, {opts.dtype_name})"):
             unet = archs.build_unet(spec, opts.dtype, opts.device, opts.seed)
             if opts.checkpoint:
                 archs.load_checkpoint(unet, opts.checkpoint, spec)
@@ -853,7 +898,7 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
             progress.group(f"ops {spec.name}")
             progress.set_postfix_str(f"{spec.name} {run.size_label(ops_at)}px counting operations per merged block")
             block_ops = run.bench_ops(opts, unet, spec, ops_at, tomesd)
-            progress.update(progress.groups[f"ops {spec.name}"].calls)
+            progress.update(plan[f"ops {spec.name}"][0])
             if ops_at != ops_size:
                 notes.append(
                     f"{spec.name}: operations per merged block counted at {run.size_label(ops_at)} px (calls at the"
@@ -861,7 +906,7 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
                 )
         for size in opts.sizes_of(spec.name):
             label = run.size_label(size)
-            with progress.task(f"overhead {spec.name} {size}", f"{spec.name} {label}px merge overhead per block"):
+            with task(f"{spec.name} {label}px merge overhead per block"):
                 overhead += run.bench_overhead(opts, unet, spec, size, tomesd)
             progress.group(f"{spec.name} {size}")
             size_rows = run.bench_size(opts, unet, spec, size, tomesd, checks, progress)
@@ -873,7 +918,8 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
         gc.collect()
         if opts.device.type == "cuda":
             torch.cuda.empty_cache()
-    estimate_rows, estimate_order = _run_estimate(opts, tomesd, progress) if opts.estimate_sizes else ([], [])
+    progress.close()
+    estimate_rows, estimate_order = _run_estimate(opts, tomesd) if opts.estimate_sizes else ([], [])
 
     for r in rows:
         if not r.variant.startswith("baseline") and r.error is None and r.deviation == 0.0:
@@ -933,7 +979,7 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
     wall = time.perf_counter() - started
     if opts.main_job:
         print(
-            f"\nThe main job took {clock_text(wall)} ({wall:.0f} s). Its report, data and plot are in {opts.out}/:"
+            f"\nThe main job took {wall / 60:.1f} min ({wall:.0f} s). Its report, data and plot are in {opts.out}/:"
             f" {', '.join(p.name if p.parent == opts.out else str(p) for p in paths)}"
         )
     else:
@@ -946,3 +992,68 @@ def _ops_size(opts: Options, arch: str) -> tuple[tuple[int, int], tuple[int, int
     and OPS_SIZE px, as calls at 1024 px cost minutes on a CPU."""
     smallest = min(opts.sizes_of(arch), key=lambda s: s[0] * s[1])
     return smallest, min(smallest, (OPS_SIZE, OPS_SIZE), key=lambda s: s[0] * s[1])
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+def call_flops(meta_unet: torch.nn.Module, arch: str, size: tuple[int, int]) -> float:
+    """FLOPs of one unpatched call (batch 2) of the meta-device UNet `meta_unet` of `arch` at `size` (height,
+    width), counted by `torch.utils.flop_counter.FlopCounterMode`: no weights, nothing computed, a second."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    args, kwargs = archs.make_inputs(arch, *size, dtype=torch.float16, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        meta_unet(*args, **kwargs)
+    return float(counter.get_total_flops())
+
+
+class CallBar:
+    """The per-call mode's progress: a tqdm bar over the planned UNet calls, each weighing its group's FLOPs (group:
+    an architecture and size, `call_flops`), so that the rate and the time left count one SDXL call as the several
+    SD1.5 calls it costs. `run.bench_size` names each call (`set_postfix_str`) and counts it (`update`); work that is
+    no call is a line of its own (`task`)."""
+
+    def __init__(self, plan: Mapping[str, tuple[int, float]], file: Any = None) -> None:
+        from tqdm import tqdm
+
+        self.plan = dict(plan)
+        self.calls = sum(calls for calls, _ in self.plan.values())
+        self.done = 0
+        self.key: str | None = None
+        total = sum(calls * flops for calls, flops in self.plan.values())
+        self.bar = tqdm(total=total, unit="FLOP", unit_scale=True, file=file or sys.stderr, smoothing=0.1)
+
+    def group(self, key: str) -> None:
+        """The calls that follow are of the group `key` of the plan."""
+        self.key = key
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(f"call {self.done + 1}/{self.calls} {text}")
+
+    def update(self, n: int = 1) -> None:
+        """`n` calls of the current group have finished (n > 1: calls skipped after their variant failed)."""
+        if self.key is None:
+            raise RuntimeError("CallBar.update before group(): which calls finished is unknown")
+        self.done += n
+        self.bar.update(n * self.plan[self.key][1])
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def tqdm_write(text: str) -> None:
+    """A line past the bar (on stderr, with the bar's lines)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+@contextmanager
+def task(text: str) -> Iterator[None]:
+    """Work that is no UNet call (building a UNet, the overhead rows, the GPU estimate): a line as it starts and one
+    with its seconds as it ends."""
+    tqdm_write(f"{text} ...")
+    start = time.perf_counter()
+    yield
+    tqdm_write(f"{text}: {time.perf_counter() - start:.1f} s")

@@ -87,26 +87,21 @@ def _pipeline_classes() -> tuple[Any, Any]:
         logging.set_verbosity(verbosity)
 
 
-def build_pipeline(spec: archs.Arch, unet: nn.Module, scheduler: str, name: str | None = None) -> Any:
-    """A diffusers pipeline around `unet` without VAE, text encoders, tokenizers or safety checker."""
+def build_pipeline(
+    spec: archs.Arch, unet: nn.Module, scheduler: str, name: str | None = None, parts: dict[str, Any] | None = None
+) -> Any:
+    """A diffusers pipeline around `unet` without safety checker, and without VAE, text encoders and tokenizers
+    unless `parts` gives them (`vae`, `text_encoder`, `tokenizer`, SDXL's `text_encoder_2`, `tokenizer_2`)."""
     sd_pipeline, sdxl_pipeline = _pipeline_classes()
     sched = make_scheduler(scheduler)
+    given = parts or {}
+    components = {key: given.get(key) for key in ("vae", "text_encoder", "tokenizer")}
     if spec.text_time:
-        pipe = sdxl_pipeline(
-            vae=None,
-            text_encoder=None,
-            text_encoder_2=None,
-            tokenizer=None,
-            tokenizer_2=None,
-            unet=unet,
-            scheduler=sched,
-            add_watermarker=False,
-        )
+        components.update(text_encoder_2=given.get("text_encoder_2"), tokenizer_2=given.get("tokenizer_2"))
+        pipe = sdxl_pipeline(**components, unet=unet, scheduler=sched, add_watermarker=False)
     else:
         pipe = sd_pipeline(
-            vae=None,
-            text_encoder=None,
-            tokenizer=None,
+            **components,
             unet=unet,
             scheduler=sched,
             safety_checker=None,

@@ -17,7 +17,6 @@ profiles in docs/runs (`calibration_points`). Imports torch only.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from tome_bench.ops import ALLOC_OPS, VIEW_OPS, op_name
 
@@ -119,25 +119,6 @@ def _tensors(values: Iterable[Any]) -> list[torch.Tensor]:
     return out
 
 
-def _flops(name: str, args: tuple[Any, ...], out: Any) -> float:
-    """Multiply-adds x 2 of the arithmetic-heavy operations; 0 for the rest (priced by bytes)."""
-    if name == "mm":
-        m, k = args[0].shape
-        return 2.0 * m * k * args[1].shape[1]
-    if name == "addmm":
-        m, k = args[1].shape
-        return 2.0 * m * k * args[2].shape[1]
-    if name in ("bmm", "baddbmm"):
-        a, b = (args[0], args[1]) if name == "bmm" else (args[1], args[2])
-        batch, m, k = a.shape
-        return 2.0 * batch * m * k * b.shape[2]
-    if name == "convolution":
-        weight = args[1]
-        per_output = weight.shape[1] * math.prod(weight.shape[2:])  # (C_in / groups) * kernel area
-        return 2.0 * out.numel() * per_output
-    return 0.0
-
-
 def _bytes(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> float:
     """Bytes an operation reads and writes on a GPU (inputs once, outputs once; a gather reads what it writes)."""
     outs = _tensors([out])
@@ -172,7 +153,10 @@ class _Record(TorchDispatchMode):
         if name in ("copy", "_to_copy", "clone", "contiguous") and _is_noop_copy(name, args, out):
             return out
         kind = KIND.get(name, "memory")
-        self.trace.ops.append(TracedOp(name, kind, _flops(name, args, out), _bytes(name, args, kwargs, out)))
+        # FLOPs as FlopCounterMode counts them (matrix products, convolutions); 0 for the rest, priced by bytes.
+        formula = flop_registry.get(func.overloadpacket)
+        flops = 0.0 if formula is None else float(formula(*args, **kwargs, out_val=out))
+        self.trace.ops.append(TracedOp(name, kind, flops, _bytes(name, args, kwargs, out)))
         if name == "convolution" and len(args) > 2 and args[2] is not None:
             # cuDNN convolves, then adds the bias in a kernel of its own that reads and writes the whole output.
             self.trace.ops.append(TracedOp("conv_bias", "memory", 0.0, 2.0 * _nbytes(out), host=False))
@@ -203,8 +187,7 @@ class _FusedAttention(TorchFunctionMode):
         finally:
             self.record.muted -= 1
         if not self.record.muted:
-            batch = math.prod(q.shape[:-2])
-            flops = 4.0 * batch * q.shape[-2] * k.shape[-2] * q.shape[-1]
+            flops = float(sdpa_flop_count(q.shape, k.shape, v.shape))
             moved = sum(_nbytes(t) for t in (q, k, v, out))
             self.record.trace.ops.append(TracedOp("attention", "attention", flops, moved))
         return out

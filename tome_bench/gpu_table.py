@@ -30,12 +30,6 @@ def estimate_sizes(arches: Iterable[str], timed: Mapping[str, Sequence[tuple[int
     return {name: list(ESTIMATE_SIZES.get(name) or [h for h, w in timed.get(name, ()) if h == w]) for name in arches}
 
 
-def traces_per_size(variants: int) -> int:
-    """Meta-device traces `gpu_estimate.estimate_rows` makes per size: two of the unpatched call and two of each
-    variant (the first call of a patch builds what it keeps per grid; the second is the one priced)."""
-    return 2 + 2 * variants
-
-
 def variants_of(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[run.Variant]:
     """The run's variants but the baseline (the estimate's reference), as `run.make_variants` makes them: presets,
     ours at each ratio, tomesd (at --tomesd-max-downsample, its RNG seeded); `unet` can be a meta-device one."""

@@ -93,6 +93,10 @@ class Options:
     estimate_only: bool = False
     #: Why the device is what it is when no --device was given (the main job on a machine with CUDA); None else.
     device_note: str | None = None
+    #: --images: the checkpoint's decoded images, unpatched and at each preset, in a labelled grid (`images`).
+    images: bool = False
+    #: --images: the prompt (encoded by the checkpoint's text encoders where a tokenizer is on the machine).
+    prompt: str = ""
 
     @property
     def mode(self) -> str:
@@ -146,13 +150,19 @@ class Row:
 
 @dataclass
 class OverheadRow:
+    """What one preset adds per block at one level (`run.bench_overhead`): merging or pooling keys/values."""
+
     arch: str
     size: str
+    preset: str
+    what: str  # "merge" or "pool"
     level: int
     tokens: int
     channels: int
-    ratio: float
-    ms: dict[str, float]  # matching name -> median ms of plan + merge + unmerge
+    ratio: float | None  # the share merged away (merge rows)
+    sx: int
+    sy: int
+    ms: dict[str, float]  # median ms: "plan", "merge" (and unmerge), "tomesd" (the same merge); or "pool"
 
 
 def steps_at_strength(steps: int, strength: float) -> int:

@@ -27,31 +27,18 @@ COMMAND = ("python", "-m", "tome_bench")
 
 
 def format_overhead(rows: Sequence[OverheadRow]) -> str:
-    header = [
-        "arch",
-        "size",
-        "level",
-        "tokens x channels",
-        "ratio",
-        "ours local ms",
-        "ours global ms",
-        "tomesd ms",
-        "local / tomesd",
-    ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 4 + "---:|" * 5]
+    """Per preset and level: the plan and the merge + unmerge of a block merged whole beside tomesd's same merge, or
+    the pooling of keys/values; '-' where nothing merges at this size (no whole cell) or tomesd is not installed."""
+    header = ["arch", "size", "preset", "does", "level", "tokens x channels", "cells", "ratio"]
+    header += ["plan ms", "merge + unmerge ms", "pool ms", "tomesd ms (same merge)", "ours / tomesd"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 7 + "---:|" * 6]
     for r in rows:
+        ours = r.ms["plan"] + r.ms["merge"] if "plan" in r.ms and "merge" in r.ms else None
         ref = r.ms.get("tomesd")
-        cells = [
-            r.arch,
-            r.size,
-            f"1/{r.level}",
-            f"{r.tokens} x {r.channels}",
-            f"{r.ratio:g}",
-            f"{r.ms['ours local']:.1f}",
-            f"{r.ms['ours global']:.1f}",
-            f"{ref:.1f}" if ref else "-",
-            f"{r.ms['ours local'] / ref:.2f}" if ref else "-",
-        ]
+        cells = [r.arch, r.size, r.preset, r.what, f"1/{r.level}", f"{r.tokens} x {r.channels}", f"{r.sx}x{r.sy}"]
+        cells += ["-" if r.ratio is None else f"{r.ratio:g}"]
+        cells += [_fmt(r.ms.get(k), ".2f") for k in ("plan", "merge", "pool")]
+        cells += [_fmt(ref, ".2f"), f"{ours / ref:.2f}" if ours is not None and ref else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -518,8 +505,13 @@ def write_report(
         "",
         "## Merge overhead per block",
         "",
-        "Matching + merge + unmerge on one block input of the first merged level (random tokens, sx = sy = 2,"
-        " random partitions), median of the interleaved runs; the attention itself is not included.",
+        "What each preset adds per block on the product's path (`tome_bench.run.bench_overhead`), at the first level"
+        " where it merges and the first where it pools keys/values, on a random block input of that level's shape:"
+        " plan = the step's random partition, band_match and band_merge (once per call and stack with one plan per"
+        " stack); merge + unmerge = BandMerge.merge_with_residual and unmerge_add of a block merged whole; pool ="
+        " kv_downsample; tomesd = its bipartite_soft_matching_random2d merging the same share of the same tokens in"
+        " the same cells (plan, merge, unmerge). Median of torch.utils.benchmark.Timer.blocked_autorange; the"
+        " attention itself is not included.",
         "",
         format_overhead(overhead),
         *_checks_and_notes(checks, notes),

@@ -9,6 +9,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from tome_bench import archs, compiled, ops, timing
 from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread
 from tome_bench.timing import timed_call
 from tome_core import TomeConfig
-from tome_core.merge import bipartite_soft_matching_random2d
+from tome_core import merge as merge_ops
 
 __all__ = [
     "OverheadRow",
@@ -500,45 +501,96 @@ def bench_ops(
 def bench_overhead(
     opts: Options, unet: nn.Module, spec: archs.Arch, size: tuple[int, int], tomesd: Any | None
 ) -> list[OverheadRow]:
-    """Merge overhead in one block of the first merged level: plan (matching) + merge + unmerge, interleaved.
+    """What each preset adds per block, on the product's path, in the first block (the largest grid) where it merges
+    and the first where it pools keys/values, as `tome_core.block_table` plans them: one row each, timed by
+    `torch.utils.benchmark.Timer` on a random input of that block's shape (--clock; `blocked_autorange`, the median).
 
-    Times ours with local and global matching against tomesd's `bipartite_soft_matching_random2d` on a random
-    tensor shaped like that block's input; the attention itself is not part of it.
+    Merging, as `tome_core.patch` runs a preset's blocks: the call's partition (a row of the grid's table of random
+    partitions, built once per grid and kept), `band_match` and `band_merge` (the plan, made once per call by the
+    first block of a stack that shares it), then `BandMerge.merge_with_residual` and `unmerge_add` (the merge and the
+    unmerge of a block merged whole); beside it tomesd's `bipartite_soft_matching_random2d` merging the same share
+    of the same tokens in the same cells (plan, merge and unmerge). Pooling (kv mode, pool_kv): `kv_downsample`.
     """
-    level = _first_attention_level(unet)
-    channels = next(b for b, lv in tome_core.transformer_blocks(unet) if lv == level).norm1.normalized_shape[0]
-    height, width = size
-    h, w = height // 8 // level, width // 8 // level
-    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
-    x = torch.randn(2, h * w, channels, generator=gen).to(opts.device, opts.dtype)
+    family = tome_core.model_family(unet)
+    width_of = {lv: b.norm1.normalized_shape[0] for b, lv in reversed(tome_core.transformer_blocks(unet))}
     ref = importlib.import_module(f"{tomesd.__name__}.merge").bipartite_soft_matching_random2d if tomesd else None
+    gen = torch.Generator(device="cpu").manual_seed(opts.seed)
     rows = []
-    for ratio in opts.ratios:
-        r = int(h * w * ratio)
-
-        def ours(matching: str, r: int = r) -> Callable[[], Any]:
-            def run() -> Any:
-                g = torch.Generator().manual_seed(0)
-                m, u = bipartite_soft_matching_random2d(x, w, h, 2, 2, r, generator=g, matching=matching)
-                return u(m(x))
-
-            return run
-
-        fns: dict[str, Callable[[], Any]] = {"ours local": ours("local"), "ours global": ours("global")}
-        if ref is not None:
-
-            def run_ref(r: int = r) -> Any:
-                g = torch.Generator(device=x.device).manual_seed(0)
-                m, u = ref(x, w, h, 2, 2, r, no_rand=False, generator=g)
-                return u(m(x))
-
-            fns["tomesd"] = run_ref
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for rep in range(1 + max(3, opts.repeats)):  # the first round is a warm-up
-            for name, fn in fns.items():
-                seconds, _, _ = timed_call(fn, opts.device, clock_name=opts.clock)
-                if rep:
-                    times[name].append(seconds)
-        ms = {k: statistics.median(v) * 1000 for k, v in times.items()}
-        rows.append(OverheadRow(spec.name, size_label(size), level, h * w, channels, ratio, ms))
+    for name in opts.presets or [p.name for p in tome_core.presets()]:
+        cfg = tome_core.get_preset(name).config(family)
+        blocks = tome_core.block_table(unet, cfg).blocks
+        merging = next((b for b in blocks if b.merges and b.matching == "local"), None)
+        pooling = next((b for b in blocks if b.pools), None)
+        for what, block in (("merge", merging), ("pool", pooling)):
+            if block is None:
+                continue
+            h, w = (math.ceil(side / archs.VAE_SCALE / block.level) for side in size)
+            x = torch.randn(2, h * w, width_of[block.level], generator=gen).to(opts.device, opts.dtype)
+            ratio = block.ratios[0] if what == "merge" else None
+            if ratio is not None:
+                fns = _merge_fns(x, h, w, block.sx, block.sy, ratio, cfg.seed or 0, ref, whole=block.kind == "whole")
+            else:
+                fns = {"pool": partial(merge_ops.kv_downsample, x, w, h, block.sx, block.sy)}
+            ms = {key: _median_ms(fn, opts) for key, fn in fns.items() if fn is not None}
+            label = size_label(size)
+            rows.append(
+                OverheadRow(
+                    spec.name, label, name, what, block.level, h * w, x.shape[-1], ratio, block.sx, block.sy, ms
+                )
+            )
     return rows
+
+
+def _merge_fns(
+    x: torch.Tensor,
+    h: int,
+    w: int,
+    sx: int,
+    sy: int,
+    ratio: float,
+    seed: int,
+    ref: Callable[..., Any] | None,
+    *,
+    whole: bool,
+) -> dict[str, Callable[[], Any] | None]:
+    """The plan, the merge and unmerge of one block (merged whole, else of one of its modules), and tomesd's same
+    merge; None where nothing merges."""
+    table = merge_ops.random_partitions(merge_ops.grid_layout(h, w, sx, sy, x.device), seed)
+    row = torch.tensor([500], device=x.device).remainder(table.count)  # the step's row, picked on the device
+
+    def plan() -> merge_ops.BandMerge | None:
+        m = merge_ops.band_match(x, table.pick_row(row, numbers=False))
+        return None if m is None else merge_ops.band_merge(m, ratio)
+
+    with torch.inference_mode():
+        planned = plan()
+    if planned is None:
+        return {"plan": None, "merge": None, "tomesd": None}
+
+    def merge_unmerge(band: merge_ops.BandMerge = planned) -> torch.Tensor:
+        if not whole:
+            return band.unmerge(band.merge(x))
+        merged, residual = band.merge_with_residual(x)
+        return band.unmerge_add(residual, merged)  # the block's output stands in for its merged input
+
+    fns: dict[str, Callable[[], Any] | None] = {"plan": plan, "merge": merge_unmerge, "tomesd": None}
+    if ref is not None:
+        r = int(h * w * ratio)  # tomesd's count of tokens to merge away
+
+        def tomesd_merge() -> torch.Tensor:
+            merge, unmerge = ref(x, w, h, sx, sy, r, no_rand=False, generator=torch.Generator(x.device))
+            return unmerge(merge(x))
+
+        fns["tomesd"] = tomesd_merge
+    return fns
+
+
+def _median_ms(fn: Callable[[], Any], opts: Options) -> float:
+    """Median milliseconds of `fn()` over `Timer.blocked_autorange` (0.2 s at least) on --clock, with this process's
+    thread count (Timer's default is one thread); the device is synchronised by Timer's own clock."""
+    from torch.utils.benchmark import Timer
+
+    extra = {"timer": timing.clock("cpu")} if opts.clock == "cpu" else {}
+    timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), **extra)
+    with torch.inference_mode():
+        return timer.blocked_autorange(min_run_time=0.2).median * 1e3

@@ -1,8 +1,8 @@
 """Timing one call, the same way in both modes: a UNet step (`run.run_step`) and a whole generation
 (`generate.run_generation`) are both `timed_call(fn, ...)`.
 
-Two clocks (`--clock`): "wall" (`time.perf_counter`, the default) and "cpu" (`time.process_time`, the CPU time of
-this process, every thread together). On a machine shared with other processes the wall time of a CPU-bound
+Two clocks (`--clock`): "wall" (`torch.utils.benchmark.timer`: `time.perf_counter` read after synchronising the
+device, the default) and "cpu" (`time.process_time`, the CPU time of this process, every thread together). On a machine shared with other processes the wall time of a CPU-bound
 call grows with their load, while its CPU time stays near the quiet wall time as long as torch runs one thread
 (`--threads 1`); with N threads the CPU time is about N times the wall time and no longer compares with it.
 """
@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from torch.utils.benchmark import timer as benchmark_timer
 
 #: The clocks of `--clock`: name -> (seconds function, how the report names it).
 CLOCKS: dict[str, tuple[Callable[[], float], str]] = {
-    "wall": (time.perf_counter, "wall time (time.perf_counter)"),
+    "wall": (benchmark_timer, "wall time (time.perf_counter after synchronising the device, torch.utils.benchmark)"),
     "cpu": (time.process_time, "CPU time of the process, all threads (time.process_time)"),
 }
 
@@ -95,12 +96,6 @@ class RssSampler:
         self.peak = max(self._max, rss or 0) - self._base
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work, so that a clock read after it includes that work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_call(
     fn: Callable[[], T], device: torch.device, *, clock_name: str = "wall", sample_rss: bool = False
 ) -> tuple[float, T, int | None]:
@@ -108,7 +103,9 @@ def timed_call(
     growth in bytes or None).
 
     Memory: CUDA's max_memory_allocated growth on cuda, else the sampled RSS growth when `sample_rss`. The
-    garbage collector is off inside the timed call (no collection pause lands on one variant).
+    garbage collector is off inside the timed call (no collection pause lands on one variant). One call exactly, and
+    its result kept: `torch.utils.benchmark.Timer` runs a statement three times at least and keeps no result, so the
+    round-robin rounds time their calls here.
     """
     now = clock(clock_name)
     sampler = RssSampler() if sample_rss else None
@@ -119,10 +116,8 @@ def timed_call(
     gc.disable()
     try:
         with torch.inference_mode(), sampler if sampler is not None else contextlib.nullcontext():
-            sync(device)
-            start = now()
+            start = now()  # the wall clock waits for the device's queued work before each reading
             result = fn()
-            sync(device)
             seconds = now() - start
     finally:
         gc.enable()

@@ -34,21 +34,24 @@ DESCRIPTIONS = {
 
 
 def description(node_id: str) -> str:
-    """What ComfyUI shows as the node's description: its words, and for the preset node each preset's measured
-    speed-up and change of the image (the preset input's tooltip words, `tome_comfy.inputs.preset_text`)."""
+    """What ComfyUI shows as the node's description: its words, for the preset node each preset's measured speed-up
+    and change of the image (the preset input's tooltip words, `tome_comfy.inputs.preset_text`), and last the
+    version, which a user reporting a problem finds there and at the start of each line a sampling logs."""
+    from tome_core import __version__
+
     text = DESCRIPTIONS[node_id]
     if node_id == TOME_NODE:
         from tome_comfy.inputs import preset_text
         from tome_core import presets
 
         text += "\n\n" + "\n".join(f"{p.label}: {preset_text(p)}" for p in presets())
-    return text
+    return f"{text}\n\nToMe version {__version__}"
 
 
 class _DescriptionWhenRead:
     """A node class's `DESCRIPTION`, made when read: ComfyUI reads it when it lists the nodes (`server.py`
-    `node_info`, as it calls `INPUT_TYPES`), not when it imports the package. The preset words come from
-    `tome_core.presets`, which loads `tome_core` and with it torch; the package import stays without torch."""
+    `node_info`, as it calls `INPUT_TYPES`), not when it imports the package. The preset words and the version come
+    from `tome_core`, which loads torch; the package import stays without torch."""
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id

@@ -13,7 +13,8 @@ Per sampling the wrapper also
 - follows the step window from the sampler's step callback (host values, no device read-back per UNet call),
 - skips ComfyUI's built-in TomePatchModel on the same model for this sampling (ours runs, never both), and
 - logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, why fewer
-  blocks merged than selected, and also when the sampling was interrupted or failed.
+  blocks merged than selected, and also when the sampling was interrupted or failed; each line starts with
+  `ToMe <version>` (`LOG_HEAD`), so a bug report that quotes it says which version ran.
 
 Under ComfyUI's TorchCompileModel (before or after our node: both clones carry both wrappers) the patch goes on the
 module the compiled wrapper runs, which traces it once per setting and size (tome_core's patch docstring); the line
@@ -39,6 +40,8 @@ from tome_core.compat import eager
 from tome_core.patch import set_whole_block_guard
 
 log = logging.getLogger("tome")
+#: How every line a sampling logs starts.
+LOG_HEAD = f"ToMe {tome_core.__version__}"
 
 #: ComfyUI's `comfy.patcher_extension.WrappersMP.OUTER_SAMPLE`: a wrapper around `CFGGuider.outer_sample`.
 OUTER_SAMPLE = "outer_sample"
@@ -260,8 +263,9 @@ class _Run:
         family = model_family(patcher, unet)
         if family is None:
             log.warning(
-                "ToMe: %s has no UNet transformer blocks (a DiT such as Flux, SD3, Chroma or a video model):"
+                "%s: %s has no UNet transformer blocks (a DiT such as Flux, SD3, Chroma or a video model):"
                 " ToMe does nothing, the model runs unchanged",
+                LOG_HEAD,
                 config_name(patcher),
             )
             return None
@@ -271,8 +275,9 @@ class _Run:
         run.compiled = compiled_with(model_options)
         if run.builtin_skipped:
             log.warning(
-                "ToMe: ComfyUI's TomePatchModel is on this model too; ToMe (%s) runs and the built-in is skipped for"
+                "%s: ComfyUI's TomePatchModel is on this model too; ToMe (%s) runs and the built-in is skipped for"
                 " this sampling (never both)",
+                LOG_HEAD,
                 request.label(family),
             )
         tome_core.apply_patch(unet, config)
@@ -336,7 +341,7 @@ class _Run:
         stats = tome_core.stats(self.unet)
         if stats is None:
             return
-        head = f"ToMe ({self.request.label(self.family)})"
+        head = f"{LOG_HEAD} ({self.request.label(self.family)})"
         if stopped is not None:
             interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
             what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"
@@ -350,7 +355,7 @@ class _Run:
             level, head = logging.INFO, f"{head}:"
         problem = explain(stats, self.replaced, self.calls)
         if problem is None:
-            kinds = ", ".join(f"{kind} in {count}" for kind, count in kind_counts(self.config, self.unet, stats))
+            kinds = ", ".join(f"{kind} in {count}" for kind, count in kind_counts(stats))
             log.log(
                 level,
                 "%s ran in %d of %d selected blocks (%d transformer blocks)%s: %s",
@@ -380,30 +385,10 @@ KIND_WORDS: Mapping[str, str] = {
 }
 
 
-def kind_counts(config: TomeConfig, unet: nn.Module, stats: TomeStats) -> list[tuple[str, int]]:
-    """Each kind of merging that ran in the selected blocks of `unet`, in the log's words, with its block count.
-
-    From the core's own per-module counts where its `TomeStats` has them (`modules`); else counted from the config
-    and the UNet's layout (`tome_core.blocks_per_level`, the levels `stats` selects: a block counts for every kind it
-    was set up for, which is what ran when every selected block merged, the only case the caller logs it in).
-    A kind whose ratio merges nothing is left out.
-    """
-    ran = getattr(stats, "modules", None)
-    if ran is not None:
-        return [(KIND_WORDS[name], count) for name, count in ran if name in KIND_WORDS and count]
-    per_level = tome_core.blocks_per_level(unet)
-    levels = sorted(level for level in per_level if level in stats.levels)
-    blocks = sum(per_level[level] for level in levels)
-    ratios = config.ratios_by_kind
-    counts = {
-        "kv": blocks if config.merge_attn and config.mode == "kv" else 0,
-        "attn1": blocks if config.merge_attn and config.mode == "merge" and ratios.get("attn", 0.0) > 0.0 else 0,
-        "attn2": blocks if config.merge_crossattn and ratios.get("attn", 0.0) > 0.0 else 0,
-        "ff": sum(per_level[level] for level in levels if level >= config.mlp_min_downsample)
-        if config.merge_mlp and ratios.get("mlp", 0.0) > 0.0
-        else 0,
-    }
-    return [(KIND_WORDS[name], count) for name, count in counts.items() if count]
+def kind_counts(stats: TomeStats) -> list[tuple[str, int]]:
+    """Each kind of merging that ran in the selected blocks, in the log's words, with its block count: the core's
+    own per-module counts (`TomeStats.modules`, what its hooks saw run; the blocks it selects are its plan's)."""
+    return [(KIND_WORDS[name], count) for name, count in stats.modules if name in KIND_WORDS and count]
 
 
 def explain(stats: TomeStats, replaced: Mapping[tuple[str, str], int], calls: int) -> str | None:

@@ -2,14 +2,14 @@
 
 `apply_patch(model, ratio=0.5)` patches a model in place and `remove_patch(model)` restores it exactly;
 `apply_patch(model, preset="fast")` applies one of the named speed settings in `presets()`, which prints as a table
-(`presets_table()`).
+(`presets_table()`). `__version__` is the version of sd-webui-tome (`tome_core.version`).
 """
 
 from tome_core.config import LEVELS, FieldSpec, TomeConfig, auto_levels, field_spec, field_specs
 from tome_core.patch import (
-    LevelInfo,
     TomeStats,
     apply_patch,
+    block_table,
     blocks_per_level,
     describe,
     describe_layout,
@@ -23,6 +23,7 @@ from tome_core.patch import (
     stats,
     transformer_blocks,
 )
+from tome_core.plan import BlockPlan, BlockShape, BlockTable, LevelInfo, layout_table
 from tome_core.presets import (
     DEFAULT_PRESET,
     FAMILIES,
@@ -33,11 +34,15 @@ from tome_core.presets import (
     presets,
     presets_table,
 )
+from tome_core.version import __version__
 
 __all__ = [
     "DEFAULT_PRESET",
     "FAMILIES",
     "LEVELS",
+    "BlockPlan",
+    "BlockShape",
+    "BlockTable",
     "FieldSpec",
     "GpuMeasured",
     "LevelInfo",
@@ -45,8 +50,10 @@ __all__ = [
     "Preset",
     "TomeConfig",
     "TomeStats",
+    "__version__",
     "apply_patch",
     "auto_levels",
+    "block_table",
     "blocks_per_level",
     "describe",
     "describe_layout",
@@ -56,6 +63,7 @@ __all__ = [
     "get_config",
     "get_preset",
     "is_patched",
+    "layout_table",
     "model_family",
     "presets",
     "presets_table",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -167,8 +167,10 @@ class TomeConfig:
     matching: str = _spec(
         str,
         "Matching",
-        "'local': each token is compared only with the destinations in its own and the two adjacent rows of cells"
-        " (cheap, nearby matches). 'global': with every destination, as tomesd does (costly at high resolution).",
+        "'local': each token merges only into the most similar destination of its own band of cells (a row of"
+        " cells, sy token rows), and each band keeps the same share of its tokens: cheap, nearby matches, one batched"
+        " matrix product per merge, and a block whose every module merges at one ratio merges whole. 'global': into"
+        " the most similar destination anywhere, as tomesd does (costly at high resolution), module by module.",
         default="local",
         choices=("local", "global"),
         advanced=True,
@@ -303,31 +305,15 @@ class TomeConfig:
         return 1.0 - 1.0 / (self.sx * self.sy)
 
     @property
-    def effective_ratio(self) -> float:
-        """The ratio that will actually be merged: `ratio`, which the strides' rule keeps within `max_ratio` wherever
-        the config merges with it (`_check_strides`)."""
-        return min(self.ratio, self.max_ratio)
-
-    @property
-    def is_capped(self) -> bool:
-        """Whether a ratio the config merges with exceeds what the strides allow: never, as such a config is
-        refused on construction (kept for callers from when the ratio was capped)."""
-        return False
-
-    @property
-    def effective_mlp_ratio(self) -> float:
-        """The ratio the feed-forward merges with: `mlp_ratio` (else `ratio`), within `max_ratio` as above."""
-        return min(self.ratio if self.mlp_ratio is None else self.mlp_ratio, self.max_ratio)
-
-    @property
     def ratios_by_kind(self) -> dict[str, float]:
-        """The effective ratio of each kind of merged module in use: "attn" (self/cross) and "mlp"."""
+        """The ratio of each kind of merged module in use: "attn" (self/cross) and "mlp" (`mlp_ratio`, else the
+        ratio); what each block merges where is `tome_core.plan`'s."""
         out = {}
         # In kv mode self-attention pools its keys/values instead of merging: no ratio of its own.
         if self.merge_crossattn or (self.merge_attn and self.mode == "merge"):
-            out["attn"] = self.effective_ratio
+            out["attn"] = self.ratio
         if self.merge_mlp:
-            out["mlp"] = self.effective_mlp_ratio
+            out["mlp"] = self.ratio if self.mlp_ratio is None else self.mlp_ratio
         return out
 
     @property
@@ -341,22 +327,6 @@ class TomeConfig:
     def active_at(self, fraction: float) -> bool:
         """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""
         return self.step_start <= fraction < self.step_end or (self.step_end >= 1.0 and fraction >= 1.0)
-
-    def merges_level(self, level: int, auto_levels: Collection[int]) -> bool:
-        """Whether blocks at `level` (1, 2, 4, ...) merge; `auto_levels` (see `auto_levels`) resolves 'auto'."""
-        if level < self.min_downsample:
-            return False
-        if self.max_downsample == "auto":
-            return level in auto_levels
-        return level <= int(self.max_downsample)
-
-    def pools_level(self, level: int, auto_levels: Collection[int]) -> bool:
-        """Whether blocks at `level` pool self-attention's keys/values without merging (`pool_kv`)."""
-        return self.pool_kv and not self.merges_level(level, auto_levels)
-
-    def warn_if_capped(self) -> None:
-        """Nothing to warn about: a ratio the strides cannot reach is refused on construction, never capped (kept
-        for callers from when it was capped)."""
 
     # ------------------------------------------------------------------ conversions
 

@@ -9,7 +9,7 @@ sources merged into it.
 Built for a GPU: every step is one batched operation on the device (no loop over the batch, no value read
 back to the host), and what depends only on the grid is built once and reused:
 
-* `GridLayout` (per grid shape): the cells, slot offsets and the local-matching lookup tables;
+* `GridLayout` (per grid shape): the cells and slot offsets;
 * `Partition` (per grid and sampler step): which token of each cell is the destination; random ones are a
   hash of the cell and the step's timestep (`hashed_slots`): eager calls pick one of a grid's 17 from a
   `PartitionTable`, a compiled graph hashes the same one from its own timestep input;
@@ -53,8 +53,6 @@ class GridLayout:
     sy: int
     cell_tok: torch.Tensor  # [Nd] token index of each cell's top-left corner
     slot_offset: torch.Tensor  # [sx*sy] token offset of slot ky*sx + kx inside a cell
-    band_dst: torch.Tensor  # [hs, 3*ws] dst number of each slot of a cell row's local band
-    tail_dst: torch.Tensor  # [3*ws] the same for the ragged bottom rows
     arange: torch.Tensor  # [N] 0..N-1
     cache: dict[tuple[str, int, int], torch.Tensor] = field(default_factory=dict)
 
@@ -105,13 +103,7 @@ def grid_layout(h: int, w: int, sx: int, sy: int, device: torch.device | str = "
     cell_tok = ((arange(hs) * sy).view(hs, 1) * w + (arange(ws) * sx).view(1, ws)).reshape(-1)
     k = arange(sx * sy)
     slot_offset = torch.div(k, sx, rounding_mode="floor") * w + k % sx
-    j = arange(3 * ws)
-    band_row = torch.div(j, ws, rounding_mode="floor") - 1  # -1, 0, +1: the cell row above, own, below
-    rows = (arange(hs).view(hs, 1) + band_row.view(1, -1)).clamp(0, max(hs - 1, 0))
-    band_dst = rows * ws + j % ws
-    tail_dst = (hs - 1 + band_row).clamp(0, max(hs - 1, 0)) * ws + j % ws
-    arange_n = arange(h * w)
-    return GridLayout(h, w, sx, sy, cell_tok, slot_offset, band_dst, tail_dst, arange_n)
+    return GridLayout(h, w, sx, sy, cell_tok, slot_offset, arange(h * w))
 
 
 @dataclass(frozen=True)
@@ -243,49 +235,18 @@ class Match:
     into: torch.Tensor  # [B, N] the best destination's number of every token
 
 
-def match(metric: torch.Tensor, part: Partition, matching: str = "global") -> Match:
-    """Rank every source by its cosine similarity to the most similar destination.
+def match(metric: torch.Tensor, part: Partition) -> Match:
+    """Rank every source by its cosine similarity to the most similar destination anywhere in the grid (global
+    matching, tomesd's rule).
 
     Args:
         metric: [B, N, C] with N = h*w of `part`'s grid.
-        matching: "global" compares every source with every destination (tomesd's rule); "local" only with the
-            destinations in its own and the two adjacent rows of cells.
     """
-    layout = part.layout
-    if matching not in ("global", "local"):
-        raise ValueError(f"matching must be 'local' or 'global', got {matching!r}")
     unit = metric / metric.norm(dim=-1, keepdim=True).clamp_min(_EPS)  # [B, N, C]
     unit_dst = unit.index_select(1, part.dst_tok)  # [B, Nd, C]
-    if matching == "global":
-        best, into = (unit @ unit_dst.transpose(1, 2)).max(dim=-1)  # [B, N]
-    else:
-        best, into = _match_local(unit, unit_dst, layout)
+    best, into = (unit @ unit_dst.transpose(1, 2)).max(dim=-1)  # [B, N]
     best.index_fill_(1, part.dst_tok, float("-inf"))  # destinations never merge: ranked last
     return Match(part, best.argsort(dim=-1, descending=True), into)
-
-
-def _match_local(unit: torch.Tensor, unit_dst: torch.Tensor, layout: GridLayout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best score [B, N] and dst number [B, N] among the destinations of the own and adjacent cell rows.
-
-    The tokens of one row of cells are contiguous and the destinations of three consecutive cell rows are a
-    strided view, so this is one batched matmul: O(N * 3*w/sx * C) instead of O(N * N/(sx*sy) * C).
-    """
-    B, N, C = unit.shape
-    hs, ws, w, sy = layout.hs, layout.ws, layout.w, layout.sy
-    rows = unit_dst.view(B, hs, ws, C)
-    # Edge rows repeated instead of zero padding: duplicates never win over the real row, zeros could.
-    padded = torch.cat([rows[:, :1], rows, rows[:, -1:]], dim=1)  # [B, hs+2, ws, C]
-    band = padded.as_strided((B, hs, 3 * ws, C), (padded.stride(0), ws * C, C, 1))  # [B, hs, 3*ws, C]
-    grid_tokens = hs * sy * w
-    body = unit[:, :grid_tokens].reshape(B, hs, sy * w, C)
-    best, pick = (body @ band.transpose(-1, -2)).max(dim=-1)  # [B, hs, sy*w]
-    into = layout.band_dst.unsqueeze(0).expand(B, hs, 3 * ws).gather(2, pick)  # [B, hs, sy*w]
-    best, into = best.reshape(B, grid_tokens), into.reshape(B, grid_tokens)
-    if grid_tokens == N:
-        return best, into
-    # The ragged bottom rows (fewer than sy) match against the last band.
-    tail_best, tail_pick = (unit[:, grid_tokens:] @ band[:, -1].transpose(-1, -2)).max(dim=-1)
-    return torch.cat([best, tail_best], dim=1), torch.cat([into, layout.tail_dst[tail_pick]], dim=1)
 
 
 def plan(m: Match, r: int) -> tuple[Merge, Merge]:
@@ -498,7 +459,8 @@ def bipartite_soft_matching_random2d(
 ) -> tuple[Merge, Merge]:
     """Partition tokens into sources and destinations and plan merging the r most similar sources.
 
-    The one-shot form of `grid_layout` + `partition` + `match` + `plan`, with tomesd's signature.
+    The one-shot form of `grid_layout` + `partition` + `match` + `plan` (global) or `band_match` + `band_merge`
+    (local, what the patch runs), with tomesd's signature.
 
     Args:
         metric: [B, N, C] with N = h*w, the tokens whose cosine similarity decides what merges.
@@ -507,12 +469,13 @@ def bipartite_soft_matching_random2d(
         r: number of tokens to remove; capped at the number of sources.
         no_rand: put each cell's destination in its top-left corner instead of a random slot.
         generator: private generator for the random slots (the global RNG is never drawn from).
-        matching: "global" compares every source with every destination (tomesd's rule);
-            "local" only with the destinations in its own and the adjacent rows of cells.
+        matching: "global" compares every source with every destination (tomesd's rule); "local" merges each
+            token into the most similar destination of its own band of cells (sy token rows), r/N of every band's
+            tokens, so `merged_tokens(h, w, sx, sy, r / N)` remain: r at most.
 
     Returns:
-        merge: [B, N, C] -> [B, N - r, C], averaging merged sources into their destination.
-        unmerge: [B, N - r, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
+        merge: [B, N, C] -> [B, M, C], averaging merged sources into their destination (M = N - r globally).
+        unmerge: [B, M, C'] -> [B, N, C'], giving each token its destination's (or its own) row.
     """
     N = metric.shape[1]
     if h * w != N:
@@ -525,7 +488,12 @@ def bipartite_soft_matching_random2d(
     with torch.no_grad():
         layout = grid_layout(h, w, sx, sy, metric.device)
         slots = random2d_slots(hs, ws, sx, sy, no_rand=no_rand, generator=generator, device=metric.device)
-        return plan(match(metric, partition(layout, slots), matching), r)
+        part = partition(layout, slots, numbers=matching == "global")
+        if matching == "global":
+            return plan(match(metric, part), r)
+        bands = band_match(metric, part)
+        merge = None if bands is None else band_merge(bands, r / N)
+        return (identity, identity) if merge is None else (merge.merge, merge.unmerge)
 
 
 def kv_downsample(x: torch.Tensor, w: int, h: int, sx: int, sy: int) -> torch.Tensor:

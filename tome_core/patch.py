@@ -6,17 +6,22 @@ registered on the UNet itself; `remove_patch` takes exactly those away. The WebU
 (tomesd) unpatches by the class name `ToMeBlock` and the attribute `_tome_info`; we use neither, so the two never
 undo each other.
 
+What each block does is decided once, at `apply_patch`: config and UNet become a `BlockTable` (`tome_core.plan`),
+one `BlockPlan` per transformer block, and a block gets hooks only for what its plan names. `describe`, `stats`
+and the presets' words read the same table.
+
 Built to stay whole under `torch.compile(fullgraph=True)`:
 
 * The UNet's registered hooks run eagerly, also around a compiled UNet (`compat.eager`): they count calls, decide
-  the step window and work out the call's grids. The UNet's forward hook hands the blocks the timestep the forward
-  received (a graph input when compiled). The first block on a grid makes the call's partition: eagerly from
-  index tensors kept per grid, in a graph from tensors the graph builds itself and a hash of that timestep. So
-  nothing in the compiled region reads a value back, makes a tensor on the host, draws from a generator, or reads
-  a tensor from the patch's state (under CUDA graphs that would be a static input, re-recorded at a new address).
-* A block's plan exists only while the block runs: its hook matches the tokens, its modules' hooks merge and
-  unmerge with that plan, and it is dropped before the block returns. No state passes from one call to the next
-  through a graph, so a sampling traces once, and a new patch with the same settings reuses that graph.
+  the step window and work out the call's grids. The UNet's forward hook makes the call's scratch (`_Call`: the
+  timestep the forward received, a graph input when compiled, and the partitions, matches and merge plans the
+  blocks make from it) and drops it before it returns. The first block on a grid makes the call's partition:
+  eagerly from index tensors kept per grid, in a graph from tensors the graph builds itself and a hash of that
+  timestep. So nothing in the compiled region reads a value back, makes a tensor on the host, draws from a
+  generator, or reads a tensor from the patch's state (under CUDA graphs that would be a static input, re-recorded
+  at a new address).
+* A call's plans live only in its `_Call`: no state passes from one call to the next through a graph, so a
+  sampling traces once, and a new patch with the same settings reuses that graph.
 * What the hooks did is recorded as flags they set and never read (`stats`): a compiled graph replays those
   stores after every run, so the counts hold for compiled and eager calls alike.
 * Installing a hook changes the module's `forward`, which torch.compile's guards watch: a UNet compiled before
@@ -25,10 +30,9 @@ Built to stay whole under `torch.compile(fullgraph=True)`:
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +41,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
-from tome_core.config import LEVELS, TomeConfig, auto_levels
+from tome_core.config import TomeConfig
 from tome_core.merge import (
     BandMatch,
     BandMerge,
@@ -46,18 +50,29 @@ from tome_core.merge import (
     Merge,
     Partition,
     PartitionTable,
+    band_match,
+    band_merge,
     fixed_slots,
     grid_layout,
     hashed_partition,
     kv_downsample,
     match,
-    merged_tokens,
     partition,
     plan,
     random_partitions,
 )
-from tome_core.merge import band_match as _band_match
-from tome_core.merge import band_merge as _band_merge
+from tome_core.plan import (
+    BLOCK_MODULES,
+    BlockPlan,
+    BlockShape,
+    BlockTable,
+    LevelInfo,
+    default_config,
+    family_of_levels,
+    grid,
+    layout_table,
+    plan_blocks,
+)
 
 STATE_ATTR = "_tome_sd_state"
 
@@ -67,85 +82,73 @@ _TRAIN_TIMESTEPS = 1000
 _KV_KEYWORDS = ("context", "encoder_hidden_states", "value")
 #: Seed used when the config leaves `seed` as None.
 _DEFAULT_SEED = 0x70E5
-#: Downsampling factors a block's token count is looked up at (beyond LEVELS: the middle block of deep UNets).
-_GRID_LEVELS = (*LEVELS, 16, 32)
 
 
-@dataclass(frozen=True)
-class LevelInfo:
-    """What `describe` reports for one downsampling level of a UNet at a given image size."""
+class _Call:
+    """One UNet call's scratch: the timestep, the partition key made from it, and what the blocks planned from it.
+    The UNet's hooks make it when the call starts (its forward hook inside the graph when compiled) and drop it
+    when it returns, so nothing of a call reaches the next one, and a graph's scratch never leaves the graph."""
 
-    level: int
-    blocks: int
-    merging: int
-    tokens: int
-    tokens_after: int
-
-
-#: Which ratio each hooked module merges with: attention (self and cross) or the feed-forward.
-_TARGETS = (("attn1", "merge_attn", "attn"), ("attn2", "merge_crossattn", "attn"), ("ff", "merge_mlp", "mlp"))
-
-
-@dataclass(frozen=True)
-class _Grid:
-    """The token grid of one downsampling level at the current latent size."""
-
-    level: int
-    h: int
-    w: int
-    merges: bool  # the config merges (or only pools keys/values in) blocks at this level
+    def __init__(self, timestep: torch.Tensor) -> None:
+        self.timestep = timestep
+        self.key: torch.Tensor | None = None  # timestep_key(timestep), made on first use
+        self.row: torch.Tensor | None = None  # key mod PARTITIONS_PER_GRID: the row of every grid's table this call
+        self.parts: dict[int, Partition] = {}  # level -> this call's partition of its grid
+        self.matches: dict[Any, BandMatch | Match | None] = {}  # plan key -> this call's match
+        # (plan key, ratio) -> its merge plan: a BandMerge (local), (merge, unmerge) (global), or None
+        self.merges: dict[tuple[Any, float], Any] = {}
+        # stack -> (its merge, the residual of its first block's input), until its last block unmerges
+        self.carry: dict[int, tuple[BandMerge, torch.Tensor]] = {}
+        self.guarded: dict[int, bool] = {}  # stacks whose first block ran unmerged for `set_whole_block_guard`
+        # block index -> (its tokens, its grid, ratio -> (merge, unmerge)) while a block merging module by module runs
+        self.running: dict[int, tuple[int, tuple[int, int], dict[float, tuple[Merge, Merge]]]] = {}
 
 
 @dataclass
 class _State:
+    """A patch, by lifetime: what `apply_patch` installed, what a sampling counts, what a latent size fixes, and
+    the current call's scratch."""
+
+    # Installed once.
     config: TomeConfig
-    auto_levels: frozenset[int]
+    table: BlockTable
     handles: list[RemovableHandle] = field(default_factory=list)  # the UNet's own pre- and post-hook
     hooks: list[_Hook] = field(default_factory=list)  # every installed forward, in install order
-    blocks: list[_BlockHook] = field(default_factory=list)  # the blocks that carry hooks (the config selects them)
-    total: int = 0  # transformer blocks in the UNet
-    block_levels: frozenset[int] = frozenset()
-    step: tuple[int, int] | None = None
+    blocks: list[_BlockHook] = field(default_factory=list)  # the hooked blocks: the table's acting ones
     pipeline: Callable[[], Any] | None = None  # the diffusers pipeline patched through: its scheduler's step
-    # Set by the UNet's pre-hook, read by the blocks (eagerly, or as inputs of a compiled graph).
-    latent: tuple[int, int] | None = None
-    grids: dict[int, _Grid] = field(default_factory=dict)  # tokens -> grid, for the current latent size
-    active: bool = True  # inside the step window
-    # This call's timestep (the UNet's own argument: a graph input when compiled), the key derived from it, and
-    # tokens -> partition for the grids the blocks have asked for; all made on first use, dropped after the call.
-    timestep: Any = None
-    key: torch.Tensor | None = None
-    row: torch.Tensor | None = None  # key mod PARTITIONS_PER_GRID: the row of every grid's table this call
-    parts: dict[int, Partition] = field(default_factory=dict)
-    # plan key -> this call's match, and (plan key, ratio) -> its merge plan; dropped after the call.
-    matches: dict[Any, BandMatch | Match | None] = field(default_factory=dict)
-    merges: dict[Any, BandMerge | None] = field(default_factory=dict)
-    spans: list[_Span] = field(default_factory=list)
-    # Eager calls only: index tensors built once per grid shape and device (a compiled graph builds its own).
-    layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
-    fixed: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
-    tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
-    unet_calls: int = 0  # UNet forwards since the last `reset_stats`
-    active_calls: int = 0  # ... of which inside the step window
-    unmark: Callable[[], None] | None = None  # takes `compat.static_sizes`' mark off this call's latent
     # set_whole_block_guard: (block kwargs, positions in the stack) -> True when another extension replaced the
     # attention of one of those blocks for this call: they then run unmerged.
     guard: Callable[[Mapping[str, Any], range], bool] | None = None
+    # Per sampling: the host's step, the counts since `reset_stats`.
+    step: tuple[int, int] | None = None
+    unet_calls: int = 0
+    active_calls: int = 0  # ... of which inside the step window
+    # Per latent size: each level's grid (rows, columns), and for eager calls the index tensors built once per grid
+    # shape and device (a compiled graph builds its own).
+    latent: tuple[int, int] | None = None
+    grids: dict[int, tuple[int, int]] = field(default_factory=dict)
+    layouts: dict[tuple[int, int, str], GridLayout] = field(default_factory=dict)
+    fixed: dict[tuple[int, int, str], Partition] = field(default_factory=dict)
+    tables: dict[tuple[int, int, str], PartitionTable] = field(default_factory=dict)
+    # Per call: its scratch (None outside a call and outside the step window), and what unmarks its latent.
+    call: _Call | None = None
+    unmark: Callable[[], None] | None = None  # takes `compat.static_sizes`' mark off this call's latent
 
 
 @dataclass(frozen=True)
 class TomeStats:
     """What the patch did since it was applied or since `reset_stats`, read with `stats`.
 
-    Blocks count once however often they ran. `selected`: blocks the config merges (by level), of the UNet's
-    `total` transformer blocks. `planned`: selected blocks that got a merge plan (or kv grid) at least once.
-    `reached`: planned blocks whose hooked attention/MLP modules then ran (another extension may replace the
-    attention and skip the module). `applied`: blocks that really merged tokens (or pooled keys/values), and
-    `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values in n blocks, ("attn1",
-    n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on merged tokens.
-    `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not; `block_calls`
-    the selected blocks that ran at least once and `grid_misses` those whose token count fit no level of the
-    latent. Compiled or eager, a block counts only when the code that ran merged in it.
+    Blocks count once however often they ran. `selected`: blocks the config merges or pools in (its `BlockTable`'s
+    acting blocks), of the UNet's `total` transformer blocks. `planned`: selected blocks that got a merge plan (or
+    kv grid) at least once. `reached`: planned blocks whose hooked attention/MLP modules then ran (another
+    extension may replace the attention and skip the module). `applied`: blocks that really merged tokens (or
+    pooled keys/values), and `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values
+    in n blocks, ("attn1", n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on
+    merged tokens. `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
+    `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
+    their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
+    in it.
     """
 
     mode: str
@@ -158,7 +161,7 @@ class TomeStats:
     active_calls: int
     block_calls: int
     grid_misses: int
-    levels: frozenset[int]  # the levels the config selects
+    levels: frozenset[int]  # the levels the config merges or pools at
     block_levels: frozenset[int]  # the levels that hold transformer blocks
     modules: tuple[tuple[str, int], ...] = ()  # (kind, blocks) for each kind of module that merged or pooled
 
@@ -193,24 +196,35 @@ def _is_block(module: nn.Module) -> bool:
     return any(c.__name__ == "BasicTransformerBlock" for c in type(module).__mro__) and hasattr(module, "attn1")
 
 
-def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
-    """Transformer blocks in forward order with their downsampling level, read from the module tree.
+def _walk(unet: nn.Module) -> list[tuple[nn.Module, BlockShape]]:
+    """The UNet's transformer blocks in forward order, each with what its plan needs: its downsampling level, its
+    place in its transformer stack, its modules. Read from the module tree, once per patch or description.
 
-    Registration order inside each stage follows the forward order (attentions before the down/upsampler),
-    but diffusers registers `up_blocks` before `mid_block`, so stages are visited in forward order explicitly.
+    Registration order inside each stage follows the forward order (attentions before the down/upsampler), but
+    diffusers registers `up_blocks` before `mid_block`, so stages are visited in forward order explicitly. A stack
+    is a module with `transformer_blocks` (Transformer2DModel / SpatialTransformer), run in that order.
     """
+    stacks: dict[int, tuple[int, int, int]] = {}  # id(block) -> (stack, position, length)
+    for number, module in enumerate(
+        m for m in unet.modules() if isinstance(getattr(m, "transformer_blocks", None), nn.ModuleList)
+    ):
+        for position, block in enumerate(module.transformer_blocks):
+            stacks[id(block)] = (number, position, len(module.transformer_blocks))
     stages = [getattr(unet, n) for n in ("input_blocks", "middle_block", "output_blocks") if hasattr(unet, n)]
     if not stages:
         stages = [getattr(unet, n) for n in ("down_blocks", "mid_block", "up_blocks") if getattr(unet, n, None)]
     if not stages:
         stages = [unet]
     level = 1
-    found: list[tuple[nn.Module, int]] = []
+    found: list[tuple[nn.Module, BlockShape]] = []
     for stage in stages:
         for module in stage.modules():
             name = type(module).__name__
             if _is_block(module):
-                found.append((module, level))
+                stack, position, length = stacks.get(id(module), (None, 0, 1))
+                modules = tuple(n for n in BLOCK_MODULES if isinstance(getattr(module, n, None), nn.Module))
+                shape = BlockShape(level, stack, position, length, modules, _self_attention(module) is not None)
+                found.append((module, shape))
             elif name.startswith("Downsample"):
                 level *= 2
             elif name.startswith("Upsample"):
@@ -218,34 +232,25 @@ def _structural_levels(unet: nn.Module) -> list[tuple[nn.Module, int]]:
     return found
 
 
-def _stacks(unet: nn.Module) -> dict[int, tuple[int, int, int]]:
-    """id(block) -> (number of its transformer stack, its position there, the stack's length); a stack is a module
-    with `transformer_blocks` (Transformer2DModel / SpatialTransformer), run in that order."""
-    out: dict[int, tuple[int, int, int]] = {}
-    for number, module in enumerate(
-        m for m in unet.modules() if isinstance(getattr(m, "transformer_blocks", None), nn.ModuleList)
-    ):
-        stack = list(module.transformer_blocks)
-        for position, block in enumerate(stack):
-            out[id(block)] = (number, position, len(stack))
-    return out
+def _self_attention(module: nn.Module) -> nn.Module | None:
+    """The block's `attn1` where it attends to the block's own tokens (the only place pooling keys/values makes
+    sense), else None."""
+    target = getattr(module, "attn1", None)
+    if not isinstance(target, nn.Module):
+        return None
+    if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
+        return None
+    return target
 
 
 def model_family(model: Any) -> str:
     """The family presets resolve for: "sdxl" when the UNet's first transformer blocks sit at level 2 (SDXL and
     its fine-tunes), else "sd" (SD1.x, SD2.x: attention from full resolution)."""
-    blocks = _structural_levels(find_unet(model))
-    if not blocks:
-        raise TypeError(f"{type(find_unet(model)).__name__} has no BasicTransformerBlock")
-    return _family_of_levels(level for _, level in blocks)
-
-
-def _family_of_levels(levels: Iterable[int]) -> str:
-    return "sdxl" if min(levels) >= 2 else "sd"
-
-
-def _level_counts(blocks: list[tuple[nn.Module, int]]) -> dict[int, int]:
-    return dict(Counter(level for _, level in blocks))
+    unet = find_unet(model)
+    found = _walk(unet)
+    if not found:
+        raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock")
+    return family_of_levels([shape.level for _, shape in found])
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -267,30 +272,26 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     if preset is not None and config is not None:
         raise TypeError("apply_patch takes a config or a preset, not both")
     unet = find_unet(model)
+    found = _walk(unet)
+    if not found:
+        raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")
     if preset is not None:
         from tome_core.presets import get_preset
 
-        config = get_preset(preset).config(model_family(unet))
+        config = get_preset(preset).config(family_of_levels([shape.level for _, shape in found]))
     config = TomeConfig.from_dict(fields, base=config)
-    blocks = _structural_levels(unet)
-    if not blocks:
-        raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")
-    config.warn_if_capped()
+    table = plan_blocks(config, [shape for _, shape in found])
 
     remove_patch(model)
-    state = _State(config=config, auto_levels=auto_levels(_level_counts(blocks)))
-    state.block_levels = frozenset(level for _, level in blocks)
-    state.total = len(blocks)
+    state = _State(config=config, table=table)
     if hasattr(getattr(model, "scheduler", None), "timesteps"):
         state.pipeline = _ref(model)
     state.handles.append(unet.register_forward_pre_hook(eager(_unet_pre_hook(state)), with_kwargs=True))
     state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
     state.hooks.append(_UNetHook(unet))
-    where = _stacks(unet)
-    spans: dict[int, _Span] = {}
-    for index, (module, level) in enumerate(blocks):
-        _patch_block(state, module, index, level, where.get(id(module)), spans)
-    state.spans = list(spans.values())
+    for (module, _shape), block_plan in zip(found, table.blocks):
+        if block_plan.kind != "none":
+            _hook_block(state, module, block_plan)
     for hook in state.hooks:
         hook.install()
     setattr(unet, STATE_ATTR, state)
@@ -303,6 +304,7 @@ def remove_patch(model: Any) -> Any:
     state = unet.__dict__.pop(STATE_ATTR, None)
     if state is not None:
         _unmark(state)  # a call that raised left its latent marked
+        state.call = None
         for handle in state.handles:
             handle.remove()
         state.handles.clear()
@@ -319,6 +321,19 @@ def is_patched(model: Any) -> bool:
 def get_config(model: Any) -> TomeConfig | None:
     state = find_unet(model).__dict__.get(STATE_ATTR)
     return state.config if state is not None else None
+
+
+def block_table(model: Any, config: TomeConfig | None = None) -> BlockTable:
+    """What each transformer block of `model`'s UNet does: under `config`, else under the model's patch (the table
+    its hooks were installed from), else under the default preset for the model's family."""
+    unet = find_unet(model)
+    state = unet.__dict__.get(STATE_ATTR)
+    if config is None and state is not None:
+        return state.table
+    shapes = [shape for _, shape in _walk(unet)]
+    if config is None:
+        config = default_config([shape.level for shape in shapes])
+    return plan_blocks(config, shapes)
 
 
 def set_step(model: Any, step: int | None, total: int | None) -> None:
@@ -343,13 +358,13 @@ def stats(model: Any) -> TomeStats | None:
     state = find_unet(model).__dict__.get(STATE_ATTR)
     if state is None:
         return None
-    config = state.config
+    table = state.table
     kinds: Counter[str] = Counter()
     for block in state.blocks:
         kinds.update(block.applied_names())
     return TomeStats(
-        mode=config.mode,
-        total=state.total,
+        mode=state.config.mode,
+        total=len(table.blocks),
         selected=len(state.blocks),
         planned=sum(1 for b in state.blocks if b.planned),
         reached=sum(1 for b in state.blocks if b.planned and b.counts_reached()),
@@ -358,14 +373,8 @@ def stats(model: Any) -> TomeStats | None:
         active_calls=state.active_calls,
         block_calls=sum(1 for b in state.blocks if b.called),
         grid_misses=sum(1 for b in state.blocks if b.grid_miss),
-        levels=frozenset(
-            lv
-            for lv in state.block_levels | set(LEVELS)
-            if config.merges_level(lv, state.auto_levels) or config.pools_level(lv, state.auto_levels)
-        )
-        if not config.is_noop
-        else frozenset(),
-        block_levels=state.block_levels,
+        levels=table.levels,
+        block_levels=table.block_levels,
         modules=tuple((name, kinds[name]) for name in ("kv", "attn1", "attn2", "ff") if kinds[name]),
     )
 
@@ -398,58 +407,36 @@ def reset_stats(model: Any) -> None:
 def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:
     """`model`'s UNet's transformer blocks in forward order, each with its downsampling level (1: the full latent,
     2: half, ...), as the patch finds them."""
-    return _structural_levels(find_unet(model))
+    return [(module, shape.level) for module, shape in _walk(find_unet(model))]
 
 
 def blocks_per_level(model: Any) -> dict[int, int]:
     """Transformer blocks per downsampling level of `model`'s UNet (1: the full latent, 2: half, ...)."""
-    return _level_counts(transformer_blocks(model))
+    return dict(Counter(level for _, level in transformer_blocks(model)))
 
 
 def describe(model: Any, height: int = 512, width: int = 512, config: TomeConfig | None = None) -> list[LevelInfo]:
-    """Per downsampling level: transformer blocks, how many merge, tokens before and after, at an image size.
+    """Per downsampling level: transformer blocks, how many merge (or pool), tokens before and those
+    self-attention attends to after, at an image size; read from the model's `block_table`.
 
     `height`/`width` are in pixels, positive multiples of 8 (latent = pixels / 8); anything else raises
     ValueError (TypeError for a non-integer) naming the argument. Describes `config`, else the model's current
     patch config, else the default preset (`DEFAULT_PRESET`) resolved for the model's family (`model_family`): what
     `apply_patch(model, preset=DEFAULT_PRESET)` and the WebUI's default would run.
     """
-    return describe_layout(blocks_per_level(model), height, width, config or get_config(model))
+    _check_size(height=height, width=width)
+    return block_table(model, config).level_infos((height // 8, width // 8))
 
 
 def describe_layout(
     blocks: Mapping[int, int], height: int = 512, width: int = 512, config: TomeConfig | None = None
 ) -> list[LevelInfo]:
     """`describe` for a UNet known only by its transformer blocks per level (`blocks_per_level`), e.g. a model
-    family's layout in a UI that has no model at hand. Without `config`: the default preset, for the family the
-    layout is of as `model_family` tells it ("sdxl" when the first level holding blocks is 2 or deeper, else
-    "sd"). Sizes as in `describe`."""
+    family's layout in a UI that has no model at hand (`tome_core.plan.layout_table`). Without `config`: the
+    default preset, for the family the layout is of as `model_family` tells it ("sdxl" when the first level holding
+    blocks is 2 or deeper, else "sd"). Sizes as in `describe`."""
     _check_size(height=height, width=width)
-    levels = [level for level, count in blocks.items() if count > 0]
-    if config is None and levels:
-        from tome_core.presets import DEFAULT_PRESET, get_preset
-
-        config = get_preset(DEFAULT_PRESET).config(_family_of_levels(levels))
-    config = config or TomeConfig()
-    auto = auto_levels(blocks)
-    lat_h, lat_w = height // 8, width // 8  # as the WebUI and diffusers size the latent
-    out = []
-    for level in LEVELS:
-        count = blocks.get(level, 0)
-        if not count:
-            continue
-        h, w = math.ceil(lat_h / level), math.ceil(lat_w / level)
-        tokens = h * w
-        merges = config.merges_level(level, auto) and not config.is_noop
-        pools = config.pools_level(level, auto) and not config.is_noop
-        merging = count if merges or pools else 0
-        after = tokens
-        if merges and config.mode == "merge" and config.merge_attn:
-            after = merged_tokens(h, w, config.sx, config.sy, config.effective_ratio, config.matching)
-        elif pools or (merges and config.mode == "kv" and config.merge_attn):
-            after = math.ceil(h / config.sy) * math.ceil(w / config.sx)  # keys/values attended to
-        out.append(LevelInfo(level=level, blocks=count, merging=merging, tokens=tokens, tokens_after=after))
-    return out
+    return layout_table(blocks, config).level_infos((height // 8, width // 8))  # as the WebUI and diffusers size it
 
 
 def _check_size(**sizes: Any) -> None:
@@ -479,36 +466,38 @@ def _first_arg(args: tuple[Any, ...], kwargs: dict[str, Any], *names: str) -> An
 
 
 def _unet_pre_hook(state: _State) -> Callable[..., None]:
-    """Per UNet call, on the host: the counts, the step window, and the grids and partitions the blocks read."""
+    """Per UNet call, on the host: the counts, the step window, the grids, and the call's scratch."""
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        state.call = None
         x = _first_arg(args, kwargs, "x", "sample")
         if not isinstance(x, torch.Tensor) or x.dim() < 3:
-            state.active = False  # not a latent: nothing to merge over
-            return
+            return  # not a latent: nothing to merge over
         latent = (int(x.shape[-2]), int(x.shape[-1]))
         _unmark(state)
         state.unmark = static_sizes(x)
         if latent != state.latent:
             state.latent = latent
-            state.grids = _grids(state.config, state.auto_levels, latent)
+            state.grids = {level: grid(level, latent) for level in state.table.block_levels}
         timestep = _timestep_arg(args, kwargs)
         fraction = _fraction(state, timestep)
-        state.active = fraction is None or state.config.active_at(fraction)
+        active = fraction is None or state.config.active_at(fraction)
         state.unet_calls += 1
-        state.active_calls += state.active
+        state.active_calls += active
+        if not active:
+            return
         # A number becomes a device tensor here, outside any graph: traced, the graph would guard on its value.
         if not isinstance(timestep, torch.Tensor):
             value = 0.0 if timestep is None else float(timestep)
             timestep = torch.full((1,), value, dtype=torch.float32, device=x.device)
-        _new_call(state, timestep)
+        state.call = _Call(timestep)
 
     return hook
 
 
 def _unet_post_hook(state: _State) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        _new_call(state, None)  # nothing of this call kept alive until the next
+        state.call = None  # nothing of this call kept alive until the next
         _unmark(state)
 
     return hook
@@ -518,98 +507,89 @@ def _timestep_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
 
 
-def _new_call(state: _State, timestep: Any) -> None:
-    """Forget the last call's partitions; the next ones come from `timestep`."""
-    state.timestep = timestep
-    state.key = None
-    state.row = None
-    state.parts = {}
-    state.matches = {}
-    state.merges = {}
-    for span in state.spans:
-        span.merge = span.residual = None
-        span.guarded = False
-
-
 def _unmark(state: _State) -> None:
     if state.unmark is not None:
         state.unmark, unmark = None, state.unmark
         unmark()
 
 
-def _grids(config: TomeConfig, auto: frozenset[int], latent: tuple[int, int]) -> dict[int, _Grid]:
-    """tokens -> the grid of the first level that holds that many tokens at this latent size."""
-    out: dict[int, _Grid] = {}
-    for level in _GRID_LEVELS:
-        h, w = math.ceil(latent[0] / level), math.ceil(latent[1] / level)
-        acts = config.merges_level(level, auto) or config.pools_level(level, auto)
-        out.setdefault(h * w, _Grid(level, h, w, acts))
-    return out
-
-
-def _call_partition(state: _State, tokens: int, grid: _Grid, device: torch.device) -> Partition:
-    """This call's partition of `grid`, made on the first block that asks for it.
+def _call_partition(state: _State, call: _Call, level: int, device: torch.device) -> Partition:
+    """This call's partition of `level`'s grid, made on the first block that asks for it.
 
     Eagerly, the grid's index tensors and its table of random partitions are built once and kept, and a call picks
     its row by its timestep. A compiled graph builds the index tensors itself (constants to the compiler) and hashes
     the same row's slots from its own timestep input, so that it reads no tensor from the patch's state: under CUDA
     graphs such a tensor would be an input whose address must never change.
     """
-    part = state.parts.get(tokens)
+    part = call.parts.get(level)
     if part is not None:
         return part
     config = state.config
+    h, w = state.grids[level]
     compiling = is_compiling()
-    cache = (grid.h, grid.w, str(device))
+    cache = (h, w, str(device))
     layout = None if compiling else state.layouts.get(cache)
     if layout is None:
-        layout = grid_layout(grid.h, grid.w, config.sx, config.sy, device)
+        layout = grid_layout(h, w, config.sx, config.sy, device)
         if not compiling:
             state.layouts[cache] = layout
     numbers = config.matching == "global"  # only global matching reads the per-token table
     if config.use_rand:
         seed = _DEFAULT_SEED if config.seed is None else config.seed
-        if state.key is None:
-            state.key = timestep_key(state.timestep, device)
+        if call.key is None:
+            call.key = timestep_key(call.timestep, device)
         if compiling:
-            part = hashed_partition(layout, state.key, seed, numbers=numbers)
+            part = hashed_partition(layout, call.key, seed, numbers=numbers)
         else:
             table = state.tables.get(cache)
             if table is None:
                 table = state.tables[cache] = random_partitions(layout, seed)
-            if state.row is None:
-                state.row = state.key.remainder(table.count)
-            part = table.pick_row(state.row, numbers=numbers)
+            if call.row is None:
+                call.row = call.key.remainder(table.count)
+            part = table.pick_row(call.row, numbers=numbers)
     else:
         part = None if compiling else state.fixed.get(cache)
         if part is None:
             part = partition(layout, fixed_slots(layout))
             if not compiling:
                 state.fixed[cache] = part
-    state.parts[tokens] = part
+    call.parts[level] = part
     return part
 
 
-def _call_band(state: _State, key: Any, x: torch.Tensor, grid: _Grid, ratio: float) -> BandMerge | None:
-    """This call's band merge plan for the blocks sharing `key`, at `ratio`: matched on the first of them that
-    asks (from its input tokens), planned once per ratio, dropped after the call."""
-    plan_key = (key, ratio)
-    if plan_key in state.merges:
-        return state.merges[plan_key]
-    if key not in state.matches:
-        state.matches[key] = _band_match(x, _call_partition(state, x.shape[1], grid, x.device))
-    m = state.matches[key]
-    merge = None if not isinstance(m, BandMatch) else _band_merge(m, ratio)
-    state.merges[plan_key] = merge
+def _band(state: _State, call: _Call, block: BlockPlan, x: torch.Tensor, ratio: float) -> BandMerge | None:
+    """This call's band merge plan (local matching) for the blocks sharing `block`'s plan key, at `ratio`: matched
+    on the first of them that asks (from its input tokens), planned once per ratio, dropped with the call."""
+    plan_key = (block.key, ratio)
+    if plan_key in call.merges:
+        return call.merges[plan_key]
+    if block.key not in call.matches:
+        call.matches[block.key] = band_match(x, _call_partition(state, call, block.level, x.device))
+    m = call.matches[block.key]
+    merge = band_merge(m, ratio) if isinstance(m, BandMatch) else None
+    call.merges[plan_key] = merge
     return merge
 
 
-def _call_match(state: _State, key: Any, x: torch.Tensor, grid: _Grid) -> Match:
-    """Global matching (tomesd's rule): this call's similarity ranking for the blocks sharing `key`."""
-    m = state.matches.get(key)
-    if not isinstance(m, Match):
-        m = state.matches[key] = match(x, _call_partition(state, x.shape[1], grid, x.device), "global")
-    return m
+def _pair(state: _State, call: _Call, block: BlockPlan, x: torch.Tensor, ratio: float) -> tuple[Merge, Merge] | None:
+    """This call's (merge, unmerge) at `ratio` for the blocks sharing `block`'s plan key: a band merge (local), or
+    tomesd's rule over the whole grid (global): the sources ranked once per plan key, planned once per ratio."""
+    if block.matching != "global":
+        merge = _band(state, call, block, x, ratio)
+        return None if merge is None else (merge.merge, merge.unmerge)
+    plan_key = (block.key, ratio)
+    if plan_key in call.merges:
+        return call.merges[plan_key]
+    tokens = x.shape[1]
+    removed = tokens - block.kept(ratio, *state.grids[block.level])
+    pair = None
+    if removed > 0:
+        m = call.matches.get(block.key)
+        if not isinstance(m, Match):
+            m = call.matches[block.key] = match(x, _call_partition(state, call, block.level, x.device))
+        pair = plan(m, removed)
+    call.merges[plan_key] = pair
+    return pair
 
 
 def _fraction(state: _State, timestep: Any) -> float | None:
@@ -712,9 +692,9 @@ class _Hook:
 
 
 class _UNetHook(_Hook):
-    """The UNet itself: hands the blocks this call's timestep as the forward received it, so that a compiled
-    graph hashes the random partitions from its own input (the pre-hook's copy would be a tensor from Python
-    state), and drops what the call made before the graph returns.
+    """The UNet itself: makes the call's scratch (`_Call`) with the timestep as the forward received it, so that a
+    compiled graph hashes the random partitions from its own input (the pre-hook's copy would be a tensor from
+    Python state), and drops it before the graph returns.
 
     It reads the patch's state from the UNet (`STATE_ATTR`), not from itself: a compiled frame that starts here
     then reaches every number of the state through an nn.Module, and dynamo keeps the integers it finds on
@@ -726,54 +706,31 @@ class _UNetHook(_Hook):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         timestep = _timestep_arg(args, kwargs)
         state = getattr(self.module, STATE_ATTR, None)
-        if self.passthrough or state is None or not isinstance(timestep, torch.Tensor):
-            return self.call(*args, **kwargs)  # a number: the pre-hook made it a tensor
-        _new_call(state, timestep)
+        if self.passthrough or state is None or state.call is None or not isinstance(timestep, torch.Tensor):
+            return self.call(*args, **kwargs)  # outside the step window, or a number the pre-hook made a tensor
+        state.call = _Call(timestep)
         try:
             return self.call(*args, **kwargs)
         finally:
-            _new_call(state, None)
-
-
-class _Span:
-    """A stack of whole-merged blocks that stays merged from its first block's input to its last block's output
-    (one merge and one unmerge for the whole stack, not per block): what the first block hands the last, for one
-    call only."""
-
-    merge: BandMerge | None = None
-    residual: torch.Tensor | None = None  # x - unmerge(merge(x)) of the first block's input
-    guarded = False  # the first block ran unmerged for `set_whole_block_guard`: so do the others
+            state.call = None
 
 
 class _BlockHook(_Hook):
-    """A transformer block that merges.
+    """A transformer block its plan has do something (`BlockPlan.kind`).
 
-    Whole (`ratio` set): the block runs on its merged input and its output is unmerged, with what merging took
-    from each token added back: the same as merging each of attention, cross-attention and feed-forward with one
-    plan (merge(x + unmerge(d)) = merge(x) + d), for one merge and one unmerge instead of three each. Inside a
-    `_Span` the middle blocks run on the merged tokens as they come. Otherwise its modules' hooks merge one by one
-    (`_MergeHook`, `_KvHook`) with the plans this hook makes for the call.
+    "whole": the block runs on its merged input and its output is unmerged, with what merging took from each token
+    added back: the same as merging each of attention, cross-attention and feed-forward with one plan
+    (merge(x + unmerge(d)) = merge(x) + d), for one merge and one unmerge instead of three each. A block that
+    `carries` hands its stack's later blocks the merged tokens as they come, and the last one unmerges. "modules"
+    and "kv": its modules' hooks (`_MergeHook`, `_KvHook`) merge or pool one by one, with the plans this hook makes
+    for the call.
     """
 
-    def __init__(self, state: _State, module: nn.Module, index: int, level: int) -> None:
+    def __init__(self, state: _State, module: nn.Module, plan: BlockPlan) -> None:
         super().__init__(module)
         self.state = state
-        self.index = index
-        self.level = level
+        self.plan = plan
         self.modules: list[_MergeHook | _KvHook] = []
-        self.names: tuple[str, ...] = ()  # what a whole block merges: its modules' names (attn1, attn2, ff)
-        self.ratio: float | None = None  # set: the block merges whole at this ratio
-        self.ratios: dict[str, float] = {}  # ratio kind -> ratio, for the kinds this block's modules merge
-        self.pools = False  # self-attention pools keys/values (kv mode)
-        self.span: _Span | None = None
-        self.first_in_span = True
-        self.last_in_span = True
-        self.positions = range(0, 1)  # the positions in its transformer stack this block merges for
-        self.plan_key: Any = None  # which blocks share a plan within a call (`_call_merge`)
-        # This call's plans, read by the modules' hooks: kind -> (merge, unmerge); and the kv grid.
-        self.plans: dict[str, tuple[Merge, Merge]] | None = None
-        self.tokens = 0
-        self.grid: tuple[int, int] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -783,115 +740,100 @@ class _BlockHook(_Hook):
             hook.wanted = hook.reached = hook.applied = False
 
     def counts_applied(self) -> bool:
-        if self.ratio is not None:
+        if self.plan.kind == "whole":
             return self.merged
         wanted = [hook for hook in self.modules if hook.wanted]
         return bool(wanted) and all(hook.applied for hook in wanted)
 
     def counts_reached(self) -> bool:
-        return self.merged if self.ratio is not None else all(m.reached for m in self.modules)
+        return self.merged if self.plan.kind == "whole" else all(m.reached for m in self.modules)
 
     def applied_names(self) -> list[str]:
-        if self.ratio is not None:
-            return list(self.names) if self.merged else []
+        if self.plan.kind == "whole":
+            return list(self.plan.modules) if self.merged else []
         return [hook.name for hook in self.modules if hook.applied]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.passthrough:
             return self.call(*args, **kwargs)
         self.called = True
+        call = self.state.call
         x = _first_arg(args, kwargs, "x", "hidden_states")
-        if not (self.state.active and isinstance(x, torch.Tensor) and x.dim() == 3):
+        if call is None or not (isinstance(x, torch.Tensor) and x.dim() == 3):
             return self.call(*args, **kwargs)
-        if self.ratio is not None:
-            return self._whole(x, args, kwargs)
-        self._plan(x)
-        try:
-            return self.call(*args, **kwargs)
-        finally:
-            self.plans = None
-            self.grid = None
+        if self.plan.kind == "whole":
+            return self._whole(call, x, args, kwargs)
+        return self._modules(call, x, args, kwargs)
+
+    def _fits(self, x: torch.Tensor) -> bool:
+        """Whether the tokens are the block's level's grid at this latent size (else another patch changed them)."""
+        h, w = self.state.grids.get(self.plan.level, (0, 0))
+        if x.shape[1] != h * w:
+            self.grid_miss = True
+            return False
+        return True
 
     # -------------------------------------------------------------------------------- whole blocks
 
-    def _whole(self, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        span = self.span
-        if span is not None and not self.first_in_span:
-            merge = span.merge
-            if merge is None or x.shape[1] != merge.merged_tokens:
-                self.planned = self.planned or span.guarded
+    def _whole(self, call: _Call, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        block = self.plan
+        if block.carries and block.shape.position > 0:
+            carried = call.carry.get(block.shape.stack)  # type: ignore[arg-type]
+            if carried is None or x.shape[1] != carried[0].merged_tokens:
+                if block.shape.stack in call.guarded:
+                    self.planned = True
                 return self.call(*args, **kwargs)  # the stack's first block did not merge
+            merge, residual = carried
             self.planned = self.merged = True
             out = self.call(*args, **kwargs)
-            if self.last_in_span:
-                residual = span.residual
-                span.merge = span.residual = None
+            if block.shape.position == block.shape.length - 1:
+                del call.carry[block.shape.stack]  # type: ignore[arg-type]
                 return merge.unmerge_add(residual, out)
             return out
         guard = self.state.guard
-        if guard is not None and guard(kwargs, self.positions):
+        if guard is not None and guard(kwargs, block.positions):
             self.planned = True  # it would have merged: counted planned, not reached
-            if span is not None:
-                span.guarded = True
+            if block.carries:
+                call.guarded[block.shape.stack] = True  # type: ignore[index]
             return self.call(*args, **kwargs)
-        merge = self._merge_plan(x)
+        if not self._fits(x):
+            return self.call(*args, **kwargs)
+        with torch.no_grad():
+            merge = _band(self.state, call, block, x, block.merges[0][1])
         if merge is None:
             return self.call(*args, **kwargs)
+        self.planned = self.merged = True
         merged, residual = merge.merge_with_residual(x)
-        self.merged = True
         args, kwargs = _with_first(args, kwargs, merged)
         out = self.call(*args, **kwargs)
-        if span is not None and not self.last_in_span:
-            span.merge, span.residual = merge, residual
+        if block.carries and block.shape.position < block.shape.length - 1:
+            call.carry[block.shape.stack] = (merge, residual)  # type: ignore[index]
             return out
         return merge.unmerge_add(residual, out)
 
-    def _grid(self, x: torch.Tensor) -> _Grid | None:
-        grid = self.state.grids.get(x.shape[1])
-        if grid is None:
-            self.grid_miss = True
-            return None
-        return grid if grid.merges else None
-
-    def _merge_plan(self, x: torch.Tensor) -> BandMerge | None:
-        grid = self._grid(x)
-        if grid is None:
-            return None
-        with torch.no_grad():
-            merge = _call_band(self.state, self.plan_key, x, grid, self.ratio)
-        self.planned = merge is not None
-        return merge
-
     # -------------------------------------------------------------------------------- module by module
 
-    def _plan(self, x: torch.Tensor) -> None:
-        grid = self._grid(x)
-        if grid is None:
-            return
-        state, config = self.state, self.state.config
-        tokens = x.shape[1]
-        num_dst = (grid.h // config.sy) * (grid.w // config.sx)
-        if self.pools:
-            self.grid = (grid.h, grid.w)
-        plans: dict[str, tuple[Merge, Merge]] = {}
+    def _modules(self, call: _Call, x: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        block = self.plan
+        if not self._fits(x):
+            return self.call(*args, **kwargs)
+        plans: dict[float, tuple[Merge, Merge]] = {}
         with torch.no_grad():
-            for kind, ratio in self.ratios.items():
-                removed = min(int(tokens * ratio), tokens - num_dst)
-                if removed <= 0 or num_dst <= 0:
-                    continue
-                if config.matching == "global":
-                    plans[kind] = plan(_call_match(state, self.plan_key, x, grid), removed)
-                else:
-                    merge = _call_band(state, self.plan_key, x, grid, ratio)
-                    if merge is not None:
-                        plans[kind] = (merge.merge, merge.unmerge)
+            for ratio in block.ratios:
+                pair = _pair(self.state, call, block, x, ratio)
+                if pair is not None:
+                    plans[ratio] = pair
         for hook in self.modules:
-            if hook.kind == "kv" or hook.kind in plans:
+            if hook.ratio is None or hook.ratio in plans:
                 hook.wanted = True
-        if self.pools or plans:
-            self.planned = True
-        self.plans = plans or None
-        self.tokens = tokens
+        if not (block.pools or plans):
+            return self.call(*args, **kwargs)
+        self.planned = True
+        call.running[block.index] = (x.shape[1], self.state.grids[block.level], plans)
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            del call.running[block.index]  # a module run outside its block merges nothing
 
 
 def _with_first(
@@ -907,23 +849,25 @@ def _with_first(
 class _MergeHook(_Hook):
     """Self-/cross-attention or the feed-forward: runs on the block's merged tokens, then unmerges its output."""
 
-    def __init__(self, block: _BlockHook, module: nn.Module, name: str, kind: str) -> None:
+    def __init__(self, block: _BlockHook, module: nn.Module, name: str, ratio: float) -> None:
         super().__init__(module)
         self.block = block
         self.name = name  # "attn1", "attn2" or "ff"
-        self.kind = kind  # the ratio it merges with: "attn" or "mlp"
+        self.ratio: float | None = ratio  # the block's plan it merges with
         self.wanted = self.reached = self.applied = False
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        plans = None if self.passthrough else self.block.plans
-        if plans is None:
+        call = None if self.passthrough else self.block.state.call
+        running = None if call is None else call.running.get(self.block.plan.index)
+        if running is None:
             return self.call(*args, **kwargs)
         self.reached = True
-        pair = plans.get(self.kind)
+        tokens, _grid, plans = running
+        pair = plans.get(self.ratio)  # type: ignore[arg-type]
         name = None if args else next((n for n in ("x", "hidden_states") if n in kwargs), None)
         x = args[0] if args else kwargs.get(name) if name else None
         # Another patch (the WebUI's built-in tomesd, say) may already have changed the token count.
-        if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != self.block.tokens:
+        if pair is None or not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != tokens:
             return self.call(*args, **kwargs)
         merge, unmerge = pair
         merged = merge(x)
@@ -942,18 +886,18 @@ class _KvHook(_Hook):
     """Self-attention in kv mode: every query attends to keys/values pooled over the block's token grid."""
 
     name = "kv"
-    kind = "kv"
+    ratio = None  # pools: no merge plan
 
-    def __init__(self, block: _BlockHook, module: nn.Module, kv_kw: str, sx: int, sy: int) -> None:
+    def __init__(self, block: _BlockHook, module: nn.Module, kv_kw: str) -> None:
         super().__init__(module)
         self.block = block
         self.kv_kw = kv_kw  # keyword through which attn1 takes keys/values ("context" or "encoder_hidden_states")
-        self.sx, self.sy = sx, sy
         self.wanted = self.reached = self.applied = False
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        grid = None if self.passthrough else self.block.grid
-        if grid is None:
+        call = None if self.passthrough else self.block.state.call
+        running = None if call is None else call.running.get(self.block.plan.index)
+        if running is None:
             return self.call(*args, **kwargs)
         self.reached = True
         x = _first_arg(args, kwargs, "x", "hidden_states")
@@ -962,110 +906,23 @@ class _KvHook(_Hook):
         targets = [self.kv_kw, *(["value"] if "value" in kwargs else [])]
         if any(kwargs.get(kw) is not None and kwargs.get(kw) is not x for kw in targets):
             return self.call(*args, **kwargs)
-        h, w = grid
+        _tokens, (h, w), _plans = running
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != h * w:
             return self.call(*args, **kwargs)  # tokens already merged by another patch: no grid to pool over
-        pooled = kv_downsample(x, w, h, self.sx, self.sy)
+        plan = self.block.plan
+        pooled = kv_downsample(x, w, h, plan.sx, plan.sy)
         self.applied = True
         return self.call(*args, **{**kwargs, **dict.fromkeys(targets, pooled)})
 
 
-def _plan_key(config: TomeConfig, index: int, level: int, where: tuple[int, int, int] | None) -> tuple[Any, ...]:
-    """Which blocks share a merge plan within a call. Shared plans: a stack of several blocks (SDXL's, 10 at level
-    4) matches once, at its first block; the single-block stacks of a level (SD1/SD2's) share one plan per level, so
-    a call matches once per stack or level, never once per block."""
-    if not config.share_plan:
-        return ("block", index)
-    if where is not None and where[2] > 1:
-        return ("stack", where[0])
-    return ("level", level)
-
-
-def _self_attention(module: nn.Module) -> nn.Module | None:
-    """The block's `attn1` where it attends to the block's own tokens (the only place pooling keys/values makes
-    sense), else None."""
-    target = getattr(module, "attn1", None)
-    if not isinstance(target, nn.Module):
-        return None
-    if getattr(module, "disable_self_attn", False) or getattr(module, "only_cross_attention", False):
-        return None
-    return target
-
-
-def _pool_block(state: _State, module: nn.Module, index: int, level: int) -> None:
-    """Hook a block of a level that only pools self-attention's keys/values (`pool_kv`)."""
-    target = _self_attention(module)
-    if target is None:
-        return
-    config = state.config
-    block = _BlockHook(state, module, index, level)
-    block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
-    block.pools = True
-    block.reset()
-    state.blocks.append(block)
-    state.hooks.append(block)
-    state.hooks.extend(block.modules)
-
-
-def _patch_block(
-    state: _State,
-    module: nn.Module,
-    index: int,
-    level: int,
-    where: tuple[int, int, int] | None,
-    spans: dict[int, _Span],
-) -> None:
-    """Hook `module` and its attention/MLP as the config asks. `where`: (stack, position, length) of the block in
-    its transformer stack; `spans` holds the spans of the stacks seen so far."""
-    config = state.config
-    if config.is_noop:
-        return
-    if not config.merges_level(level, state.auto_levels):
-        if config.pools_level(level, state.auto_levels):
-            _pool_block(state, module, index, level)
-        return
-    block = _BlockHook(state, module, index, level)
-    targets = []
-    for name, flag, kind in _TARGETS:
-        target = getattr(module, name, None)
-        if not (getattr(config, flag) and isinstance(target, nn.Module)):
-            continue
-        if kind == "mlp" and level < config.mlp_min_downsample:
-            continue
-        targets.append((name, kind, target))
-    if not targets:
-        return
-    present = tuple(name for name, _, _ in _TARGETS if isinstance(getattr(module, name, None), nn.Module))
-    ratios = config.ratios_by_kind
-    block.plan_key = _plan_key(config, index, level, where)
-    if (
-        config.mode == "merge"
-        and config.matching == "local"
-        and tuple(name for name, _, _ in targets) == present
-        and len({ratios[kind] for _, kind, _ in targets}) == 1
-    ):
-        block.ratio = ratios[targets[0][1]]
-        block.names = present
-        if where is not None:
-            block.positions = range(where[1], where[1] + 1)
-        if config.share_plan and where is not None and where[2] > 1:
-            number, position, length = where
-            block.span = spans.setdefault(number, _Span())
-            block.first_in_span, block.last_in_span = position == 0, position == length - 1
-            block.positions = range(0, length)
-    else:
-        for name, kind, target in targets:
-            if name == "attn1" and config.mode == "kv":
-                if _self_attention(module) is None:
-                    continue
-                block.modules.append(_KvHook(block, target, _kv_keyword(target), config.sx, config.sy))
-            else:
-                block.modules.append(_MergeHook(block, target, name, kind))
-        if not block.modules:
-            return
-        kinds = {hook.kind for hook in block.modules}
-        block.pools = "kv" in kinds
-        block.ratios = {kind: r for kind, r in ratios.items() if kind in kinds}
+def _hook_block(state: _State, module: nn.Module, plan: BlockPlan) -> None:
+    """Hook `module` and the modules its plan names."""
+    block = _BlockHook(state, module, plan)
+    if plan.pools:
+        target = module.attn1
+        block.modules.append(_KvHook(block, target, _kv_keyword(target)))
+    if plan.kind != "whole":
+        block.modules.extend(_MergeHook(block, getattr(module, name), name, ratio) for name, ratio in plan.merges)
     block.reset()
     state.blocks.append(block)
     state.hooks.append(block)

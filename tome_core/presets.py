@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tome_core.config import TomeConfig
+from tome_core.plan import BlockPlan, layout_table
 
 #: Model families a preset is resolved for (`tome_core.model_family`).
 FAMILIES: tuple[str, ...] = ("sd", "sdxl")
@@ -244,34 +245,60 @@ def preset_words(preset: Preset | str) -> str:
     return text[: min(ends)].strip()
 
 
-def describe_config(config: TomeConfig) -> str:
-    """What a config runs, in its own terms (cells, ratios, levels): the internals behind a hint, for custom settings
-    and for a preset's details."""
+def describe_config(config: TomeConfig, family: str | None = None) -> str:
+    """What a config runs, in its own terms (cells, ratios, levels), as its block table (`tome_core.plan`) plans it
+    on a `family` model: the internals behind a hint, for custom settings and for a preset's details. Without a
+    family, the words for every family when they are the same, else each family's after its name."""
+    words = {name: _config_words(config, name) for name in _families(family)}
+    if len(set(words.values())) == 1:
+        return next(iter(words.values()))
+    return "; ".join(f"{FAMILY_LABELS[name]}: {text}" for name, text in words.items())
+
+
+def _config_words(config: TomeConfig, family: str) -> str:
     if config.is_noop:
         return "no merging"
-    kv = config.mode == "kv"
+    table = layout_table(FAMILY_LAYOUTS[family], config)
+    selected = [block for block in table.acting if block.level in table.selected]
+    everywhere = sorted({block.level for block in selected})
+
+    def where(blocks: list[BlockPlan]) -> str:
+        """Where a phrase holds, when that is not at every level that merges."""
+        levels = sorted({block.level for block in blocks})
+        return "" if levels == everywhere else f" at downsample {' and '.join(map(str, levels))}"
+
+    def ratio(blocks: list[BlockPlan], names: tuple[str, ...]) -> float:
+        return next(r for block in blocks for name, r in block.merges if name in names)
+
     cells = f"{config.sx}\u00d7{config.sy} cells"
-    parts = [f"keys/values pooled over {cells}"] if kv and config.merge_attn else []
-    kinds = [name for name, on in (("self", config.merge_attn and not kv), ("cross", config.merge_crossattn)) if on]
-    whole = not kv and config.merge_attn and config.merge_crossattn and config.merge_mlp
-    whole = whole and config.effective_mlp_ratio == config.effective_ratio and config.mlp_min_downsample <= 1
+    pooling = [block for block in selected if block.pools]
+    whole = [block for block in selected if block.kind == "whole"]
+    modules = [block for block in selected if block.kind == "modules"]
+    attention = [block for block in modules if {"attn1", "attn2"} & set(block.modules)]
+    mlp = [block for block in modules if "ff" in block.modules]
+    parts = [f"keys/values pooled over {cells}{where(pooling)}"] if pooling else []
     if whole:
-        parts.append(f"whole blocks merged, {config.effective_ratio:.2f} of the tokens")
-    else:
-        if kinds:
-            parts.append(f"merging {config.effective_ratio:.2f} of the tokens ({'/'.join(kinds)}-attention)")
-        if config.merge_mlp:
-            where = f" from downsample {config.mlp_min_downsample}" if config.mlp_min_downsample > 1 else ""
-            parts.append(f"{config.effective_mlp_ratio:.2f} for the MLP{where}")
-    if not kv:
+        parts.append(f"whole blocks merged, {ratio(whole, ('attn1', 'attn2', 'ff')):.2f} of the tokens{where(whole)}")
+    if attention:
+        kinds = [
+            word for name, word in (("attn1", "self"), ("attn2", "cross")) if any(name in b.modules for b in attention)
+        ]
+        amount = ratio(attention, ("attn1", "attn2"))
+        parts.append(f"merging {amount:.2f} of the tokens ({'/'.join(kinds)}-attention){where(attention)}")
+    if mlp:
+        parts.append(f"{ratio(mlp, ('ff',)):.2f} for the MLP{where(mlp)}")
+    merging = bool(whole or attention or mlp)
+    if merging and config.mode == "merge":
         parts.append(f"strides {config.sx}\u00d7{config.sy}")
+    if merging and config.matching == "global":
+        parts.append("global matching")
     levels = f"max downsample {config.max_downsample}"
     if config.min_downsample > 1:
         levels = f"downsample {config.min_downsample} to {config.max_downsample}"
-    parts.append(levels)
-    if config.pool_kv:
+    parts.append(levels if selected else f"no merging at {levels}")
+    if any(block.level in table.pooled for block in table.acting):
         parts.append(f"keys/values pooled over {cells} in the other levels")
-    if config.share_plan:
+    if merging and config.share_plan:
         parts.append("one plan per stack")
     if (config.step_start, config.step_end) != (0.0, 1.0):
         parts.append(f"steps {config.step_start:g} to {config.step_end:g}")
@@ -282,25 +309,9 @@ def unmerged_levels(config: TomeConfig, family: str, width: int, height: int) ->
     """The levels at which `config` selects blocks of a `family` model to merge tokens (ToMe's merge, the feed-forward)
     but an image of `width` x `height` pixels is too small: the level's token grid is narrower or lower than one
     `sx` x `sy` cell, which holds the one token the others merge into, so those blocks run unmerged (the patch plans
-    no merge without a destination; pooling keys/values needs no cell and runs at any size)."""
-    from tome_core.config import LEVELS, auto_levels
-
-    layout = FAMILY_LAYOUTS[family]
-    ratios = config.ratios_by_kind
-    if config.is_noop or not any(ratio > 0 for ratio in ratios.values()):
-        return ()
-    auto = auto_levels(layout)
-    out = []
-    for level in LEVELS:
-        if not layout.get(level) or not config.merges_level(level, auto):
-            continue
-        kinds = [kind for kind, ratio in ratios.items() if ratio > 0]
-        if level < config.mlp_min_downsample:
-            kinds = [kind for kind in kinds if kind != "mlp"]
-        rows, cols = -(-(height // 8) // level), -(-(width // 8) // level)  # the latent is pixels / 8, rounded up
-        if kinds and (rows < config.sy or cols < config.sx):
-            out.append(level)
-    return tuple(out)
+    no merge without a destination; pooling keys/values needs no cell and runs at any size). Read from the family's
+    block table (`tome_core.plan.BlockTable.unmerged`)."""
+    return layout_table(FAMILY_LAYOUTS[family], config).unmerged((height // 8, width // 8))
 
 
 def preset_hint(
@@ -368,7 +379,7 @@ def preset_details(preset: Preset | str, family: str | None = None) -> str:
     chosen = _preset(preset)
     lines = []
     for name in _families(family):
-        line = f"{FAMILY_LABELS[name]}: {describe_config(chosen.config(name))}"
+        line = f"{FAMILY_LABELS[name]}: {describe_config(chosen.config(name), name)}"
         measured = chosen.measured.get(name)
         if measured is not None:
             line += (

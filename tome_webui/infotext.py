@@ -25,7 +25,8 @@ lower case unless an acronym, punctuation turned into spaces)::
 four of `hr_ratio` ... `hr_sy` are the ones above. Also `ToMe builtin: disabled` (the WebUI's own token merging
 would have run and was switched off for this job), `ToMe error: ...` (the args were invalid; ToMe did not run) and
 `ToMe note: ...` (ToMe merged in fewer blocks than its settings select, and why: e.g. `merged in 0 of 16 blocks
-(attention replaced by another extension)`, or the model has no UNet).
+(attention replaced by another extension)`, or the model has no UNet), and `ToMe version` (`tome_core.__version__`,
+beside any other key of ours: which version made the image, for bug reports; no control reads it back).
 
 What is written, for a job that ran (`entries`):
 
@@ -105,13 +106,16 @@ BUILTIN_KEY = f"{PREFIX} builtin"
 ERROR_KEY = f"{PREFIX} error"
 #: What ToMe could not do as configured (blocks that did not merge and why, a model without a UNet).
 NOTE_KEY = f"{PREFIX} note"
+#: The extension's version, written with our other keys. A record, not a setting: paste ignores it, as it ignores any
+#: key no control names, so an image pastes the same into any version.
+VERSION_KEY = f"{PREFIX} version"
 #: Name of the `enabled` entry in `infotext_fields`, used only to match it between tabs for "Send to img2img";
 #: never written (whether ToMe ran is read from `ToMe ratio` or `ToMe preset`).
 ENABLED_NAME = f"{PREFIX} enabled"
 #: The keys of the settings and the values that ran (rewritten after each batch).
 VALUE_KEYS: frozenset[str] = frozenset((*KEYS.values(), *HIRES_KEYS.values()))
 #: Every key this extension writes.
-ALL_KEYS: frozenset[str] = frozenset((*VALUE_KEYS, BUILTIN_KEY, ERROR_KEY, NOTE_KEY))
+ALL_KEYS: frozenset[str] = frozenset((*VALUE_KEYS, BUILTIN_KEY, ERROR_KEY, NOTE_KEY, VERSION_KEY))
 #: The keys whose presence says "ToMe ran for this image" (the first is written whenever the model was known).
 MARKER_KEYS: tuple[str, ...] = (KEYS["ratio"], KEYS["preset"])
 

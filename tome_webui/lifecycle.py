@@ -4,8 +4,8 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
 
 * `before_process`: remove stale patches (a generation that raised never ran `postprocess`); resolve the args
   (plus XYZ values from `p.tome_xyz`) into a `TomeJob` on `p.tome_run`; switch the built-in token merging off
-  for this job through `p.override_settings`; write our infotext keys (a preset's values are not known yet).
-  With ToMe off nothing else happens.
+  for this job through `p.override_settings`; write our infotext keys (a preset's values are not known yet) and,
+  with them, `ToMe version`. With ToMe off nothing else happens.
 * each sampling pass, with `p.sd_model` resolved afresh: v1.10+ `process_before_every_sampling` (first pass,
   hires pass by `p.is_hr_pass`, img2img); v1.6-1.9 `process_batch` (first pass of every batch) and `before_hr`
   (hires pass). The pass's config, resolved for the model family of the UNet that runs (`tome_core.model_family`:
@@ -38,7 +38,8 @@ patch is removed its earlier graph runs again. Nothing here differs for a compil
 
 Errors: callbacks swallow exceptions, so nothing here raises for bad input. Invalid args leave ToMe off and write
 `ToMe error` into the infotext (and the API's `info`); the API middleware (`tome_webui.api`) refuses invalid
-requests before that. A model that cannot be patched gets `ToMe note` instead.
+requests before that. A model that cannot be patched gets `ToMe note` instead. Both are also logged as warnings
+that start with `ToMe <version>:`, the line a user copies into a bug report.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from tome_webui.hosts import Removable, host_of, unet_of
 from tome_webui.params import TomeArgsError, TomeJob, resolve
 
 log = logging.getLogger("tome")
+#: How the warnings of a generation start: with the version, which a bug report quoting the line then carries.
+LOG_HEAD = f"ToMe {tome_core.__version__}"
 
 
 @dataclass(eq=False)
@@ -103,7 +106,7 @@ class Runtime:
         try:
             job = resolve(args, getattr(p, "tome_xyz", None), is_img2img=is_img2img)
         except TomeArgsError as exc:
-            log.warning("ToMe: not applied, invalid arguments: %s", exc)
+            log.warning("%s: not applied, invalid arguments: %s", LOG_HEAD, exc)
             job, ours = None, {infotext.ERROR_KEY: str(exc)}
         if job is not None:
             with_hires = not is_img2img and bool(getattr(p, "enable_hr", False))
@@ -111,6 +114,8 @@ class Runtime:
             if host_of(compat.current_model()).switch_off_builtin(p, is_img2img=is_img2img):
                 ours[infotext.BUILTIN_KEY] = "disabled"
             p.tome_run = Run(job=job, runtime=self, owner=weakref.ref(p), is_img2img=is_img2img, with_hires=with_hires)
+        if ours:
+            ours[infotext.VERSION_KEY] = tome_core.__version__
         if ours or any(key in infotext.ALL_KEYS for key in extra):
             # XYZ plot cells share one dict: never edit it, and never keep another cell's keys.
             p.extra_generation_params = {**infotext.without_ours(extra), **ours}
@@ -158,7 +163,7 @@ class Runtime:
         for line in lines:
             if line not in run.logged:
                 run.logged.add(line)
-                log.warning("ToMe: %s", line)
+                log.warning("%s: %s", LOG_HEAD, line)
         if lines:
             p.extra_generation_params[infotext.NOTE_KEY] = "; ".join(lines)
         else:

@@ -365,7 +365,7 @@ def _custom_line(prefix: str, config: TomeConfig) -> str:
         return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}"
     if config.is_noop:
         return f"{prefix}no merging"
-    return f"{prefix}merging {config.effective_ratio:.2f} of the tokens"
+    return f"{prefix}merging {config.ratio:.2f} of the tokens"
 
 
 def note_html(
@@ -436,7 +436,7 @@ def _hires_lines(
             f"Hires pass, {line}" for line in preset_details(job.hires_preset, family).splitlines()
         ]
     lines = [
-        (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c)}", False) for f, c in configs.items() if c is not None
+        (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c, f)}", False) for f, c in configs.items() if c is not None
     ]
     return lines, []
 
