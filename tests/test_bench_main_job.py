@@ -165,6 +165,13 @@ def test_main_job_runs_writes_the_estimate_beside_the_timings_and_prints_only_me
     assert "## What to expect on a GPU (estimated, not measured: NVIDIA H200, fp16)" in md
     assert "(measured)" in md and "H200 (est.)" in md and "before the timed ones" in md
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Issue 38: the change of the image on the stand-ins, every preset beside tomesd's and ToDo's defaults.
+    assert "## How much each preset changes the image (stand-in model)" in md
+    labels = ["tomesd's default", "ToDo's default", *(p.label for p in tome_core.presets())]
+    for arch, size in (("tiny", 64), ("tiny-xl", 32)):
+        got = [r for r in data["stand_in_change"] if (r["arch"], r["size"]) == (arch, size)]
+        assert [r["variant"] for r in got] == labels and all(r["model"] == "stand-in" for r in got), arch
+        assert all(r["change"] > 0 for r in got), got
 
     measured = {"64", "32"}
     # the estimate's explanation names the sizes its cost model was fitted at: no size of this run
@@ -224,7 +231,7 @@ def test_the_readme_names_the_main_jobs_time_output_and_content() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     section = readme[readme.index("## Benchmark and tests") :]
     section = section[: section.index("\n## ", 5)] if "\n## " in section[5:] else section
-    assert "make bench" in section and "bench-out/" in section and "10 min" in section
+    assert "make bench" in section and "bench-out/" in section and "13 min" in section
     assert "GPU" in section and "--gpu-estimate" in section and "preset" in section
     assert archs.get_arch("sdxl").label in section and "640 px" in section
 

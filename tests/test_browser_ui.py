@@ -41,7 +41,7 @@ import pytest
 
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, TomeConfig, describe, get_preset
-from tome_core.presets import preset_hint
+from tome_core.presets import preset_details, preset_hint
 from tome_webui.params import field_of, spec
 from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP
 
@@ -623,7 +623,10 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     # level, per family, are in the note's tooltip, and nothing is shown under the note.
     assert not displayed(page, custom), "a preset is selected: the custom settings must be hidden"
     note_is(preset_hint(DEFAULT_PRESET, None, (512, 512)))
-    tooltip_has(expected_families(512, 512, preset_configs(DEFAULT_PRESET)), "SD1/SD2: ", "(measured: ")
+    # what it runs and where each figure was measured (or estimated), per family: the core's details
+    tooltip_has(
+        expected_families(512, 512, preset_configs(DEFAULT_PRESET)), *preset_details(DEFAULT_PRESET).splitlines()
+    )
     assert hint_lines(page) == []
     click_radio(page, ours("txt2img", "preset"), "fast")
     note_is(preset_hint("fast", None, (512, 512)))

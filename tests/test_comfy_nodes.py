@@ -491,21 +491,25 @@ def test_preset_input_lists_the_core_presets_by_label() -> None:
     assert extra["default"] == tome_core.get_preset(tome_core.DEFAULT_PRESET).label
 
 
-def test_preset_tooltip_gives_each_presets_measured_speed_up_and_image_change() -> None:
+def test_preset_tooltip_gives_each_presets_speed_up_and_image_change() -> None:
     """Issue 25 section 2: the node's preset tooltip speaks the WebUI hint's words (the core's `preset_hint`, made
-    from `Preset.measured`): how much faster, how much the image changes, for each family."""
+    from `Preset.gpu`, `Preset.cpu` and `Preset.fidelity`): how much faster on a GPU and on a CPU (the device is not
+    known there), how much the image changes beside the preset's reference, for each family."""
     import importlib
 
-    hint = getattr(importlib.import_module("tome_core.presets"), "preset_hint", None)
-    if hint is None:
-        pytest.skip("this tome_core has no presets.preset_hint yet")
+    words = importlib.import_module("tome_core.presets")
+    hint, change_words = getattr(words, "preset_hint", None), getattr(words, "change_words", None)
+    if hint is None or change_words is None:
+        pytest.skip("this tome_core has no presets.preset_hint / change_words yet")
     _, extra = NODE_CLASS_MAPPINGS[TOME_NODE].INPUT_TYPES()["required"]["preset"]
     lines = extra["tooltip"].splitlines()
     for preset in tome_core.presets():
         (line,) = [line for line in lines if line.startswith(f"{preset.label}: ")]
         assert line == f"{preset.label}: {hint(preset)}"
-        for measured in preset.measured.values():
-            assert f"about {measured.speedup:.3g}\u00d7 faster" in line
+        for family in tome_core.FAMILIES:
+            assert f"about {preset.gpu[family].speedup:.3g}\u00d7 less GPU time" in line
+            assert f"about {preset.cpu[family].speedup:.3g}\u00d7 faster" in line
+            assert f"changes the image {change_words(preset.fidelity[family])}" in line
 
 
 def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() -> None:
@@ -519,7 +523,8 @@ def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() 
     for preset in tome_core.presets():
         (line,) = [line for line in extra["tooltip"].splitlines() if line.startswith(f"{preset.label}: ")]
         assert line in text.splitlines()
-        assert all(f"about {m.speedup:.3g}\u00d7 faster" in line for m in preset.measured.values())
+        assert all(f"about {s.speedup:.3g}\u00d7 less GPU time" in line for s in preset.gpu.values())
+        assert all(f"about {s.speedup:.3g}\u00d7 faster" in line for s in preset.cpu.values())
     assert NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].DESCRIPTION.startswith(DESCRIPTIONS[TOME_ADVANCED_NODE])
 
 

@@ -4,12 +4,13 @@
   without a patch or a config describes the default preset (`DEFAULT_PRESET`, resolved for the model's family).
   `describe_layout` does the same, inferring the family from the layout as `model_family` does.
 * `print(tome_core.presets())` and `tome_core.presets_table()` give a table: a row per preset with the words a user
-  chooses it by and, per model family, the measured speed-up and image change (made from `Preset.measured`, so
-  re-measured presets need no change here).
+  chooses it by and, per model family, the GPU speed-up (marked when estimated) and the image change beside the
+  preset's reference (made from `Preset.gpu` and `Preset.fidelity`, so re-measured presets need no change here).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -69,9 +70,25 @@ def test_describe_layout_of_no_blocks_is_empty() -> None:
     assert tome_core.describe_layout({}, 512, 512) == []
 
 
-def figures(name: str, family: str) -> str:
-    measured = get_preset(name).measured[family]
-    return f"{measured.speedup:.3g}\u00d7 faster, {100 * measured.deviation_natural:.2g}% change"
+#: How the table names each reference in its cells (its legend names them in full).
+SHORT = {"tomesd's default": "tomesd", "ToDo's default": "ToDo"}
+
+
+def figures(name: str, family: str) -> list[str]:
+    """A family's two cells of a preset's row: the GPU speed-up (* estimated) and the change beside its reference."""
+    preset = get_preset(name)
+    gpu, held = preset.gpu[family], preset.fidelity[family]
+    whole = "" if held.generation is None else f" / {held.generation:.2f}\u00d7"
+    return [
+        f"{gpu.speedup:.3g}\u00d7{'' if gpu.measured else '*'}",
+        f"{held.change:.2f}\u00d7{whole} {SHORT[held.reference]}",
+    ]
+
+
+def cells(table: str, name: str) -> list[str]:
+    """The cells of a preset's row (columns are two or more spaces apart)."""
+    (row,) = [line for line in table.splitlines() if line.split()[:1] == [name]]
+    return re.split(r"\s{2,}", row.strip())
 
 
 def test_presets_print_as_a_table() -> None:
@@ -84,16 +101,15 @@ def test_presets_print_as_a_table() -> None:
     header = lines[0]
     assert all(FAMILY_LABELS[family] in header for family in FAMILIES)
     for preset in listed:
-        (row,) = [line for line in lines if line.split()[:1] == [preset.name]]
-        assert preset_words(preset) in row
-        for family in FAMILIES:
-            assert figures(preset.name, family) in row
-            assert row.index(figures(preset.name, "sd")) < row.index(figures(preset.name, "sdxl"))
+        row = cells(table, preset.name)
+        assert row[1] == preset_words(preset)
+        assert row[2:] == [cell for family in FAMILIES for cell in figures(preset.name, family)]
     (default,) = [line for line in lines if line.startswith(DEFAULT_PRESET)]
     assert "(default)" in default
+    flat = " ".join(table.split())  # the legend wraps long runs
     for preset in listed:
-        for measured in preset.measured.values():
-            assert measured.setting in table  # where the figures come from
+        for family in FAMILIES:  # where the figures come from
+            assert preset.gpu[family].setting in flat and preset.fidelity[family].setting in flat
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -102,7 +118,7 @@ def test_the_table_for_one_family(family: str) -> None:
     other = next(FAMILY_LABELS[f] for f in FAMILIES if f != family)
     assert other not in table and FAMILY_LABELS[family] in table
     for preset in presets():
-        assert figures(preset.name, family) in table
+        assert cells(table, preset.name)[2:] == figures(preset.name, family)
     with pytest.raises(ValueError, match="model family"):
         tome_core.presets_table("flux")
 

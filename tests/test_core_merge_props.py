@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tome_core.merge import bipartite_soft_matching_random2d, kv_downsample, merged_tokens
+from tome_core.merge import bipartite_soft_matching_random2d, kv_downsample, kv_tokens, merged_tokens
 
 MATCHINGS = ("global", "local")
 
@@ -151,11 +149,17 @@ def test_each_group_has_one_destination(g: dict) -> None:
 
 @given(g=grids(), c=st.integers(3, 8))
 def test_merge_unmerge_exact_on_cell_constant_tokens(g: dict, c: int) -> None:
-    """Tokens equal within each cell (edge tokens copy the nearest cell) merge only with equals: lossless."""
+    """Tokens equal within each cell (edge tokens copy the nearest cell) merge only with equals: lossless.
+
+    The match score is the tokens' correlation, so the cells' values are one-hot (scaled and shifted at random):
+    random vectors of a few channels can correlate as well as equal ones, up to rounding (h=2, w=9, sy=2, c=3)."""
     hs, ws = g["h"] // g["sy"], g["w"] // g["sx"]
     if hs == 0 or ws == 0:
         return
-    values = randn(g["b"], hs, ws, c, seed=g["seed"] + 1) + 0.1
+    c += hs * ws
+    scale, shift = randn(2, g["b"], hs, ws, 1, seed=g["seed"] + 1)
+    onehot = torch.eye(c)[torch.randperm(c, generator=torch.Generator().manual_seed(g["seed"]))[: hs * ws]]
+    values = onehot.view(1, hs, ws, c) * (scale.abs() + 0.5) + shift
     x = torch.empty(g["b"], g["h"], g["w"], c)
     for y in range(g["h"]):
         for xx in range(g["w"]):
@@ -267,21 +271,23 @@ def test_bad_grid_raises() -> None:
     c=st.integers(1, 5),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_kv_downsample_averages_each_cell(b: int, h: int, w: int, sx: int, sy: int, c: int, seed: int) -> None:
+def test_kv_downsample_keeps_each_cells_centre_token(
+    b: int, h: int, w: int, sx: int, sy: int, c: int, seed: int
+) -> None:
+    """One token per cell: where the cells divide the grid the one at its centre (row sy // 2, column sx // 2 of
+    the cell), as ToDo's nearest-exact subsampling picks it; on a ragged grid ceil(h/sy) x ceil(w/sx) tokens
+    resampled nearest-exact, evenly spread."""
     x = randn(b, h * w, c, seed=seed)
     out = kv_downsample(x, w, h, sx, sy)
-    hs, ws = math.ceil(h / sy), math.ceil(w / sx)
-    assert out.shape == (b, hs * ws, c)
+    assert out.shape == (b, kv_tokens(h, w, sx, sy), c) and kv_tokens(h, w, sx, sy) == -(-h // sy) * -(-w // sx)
     grid = x.view(b, h, w, c)
-    expected = torch.stack(
-        [
-            grid[:, cy * sy : (cy + 1) * sy, cx * sx : (cx + 1) * sx].reshape(b, -1, c).mean(dim=1)
-            for cy in range(hs)
-            for cx in range(ws)
-        ],
-        dim=1,
+    todo = torch.nn.functional.interpolate(
+        grid.permute(0, 3, 1, 2), size=(-(-h // sy), -(-w // sx)), mode="nearest-exact"
     )
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert torch.equal(out, todo.flatten(2).transpose(1, 2))
+    if h % sy == 0 and w % sx == 0:
+        centres = [grid[:, y, x_] for y in range(sy // 2, h, sy) for x_ in range(sx // 2, w, sx)]
+        assert torch.equal(out, torch.stack(centres, dim=1))
     if sx == sy == 1:
         assert torch.equal(out, x)
 

@@ -49,10 +49,11 @@ def test_global_matching_may_cross_the_whole_grid() -> None:
     assert merged_row[0] > 0 and merged_row[7 * w + 1] > 0
 
 
-def test_kv_downsample_averages_ragged_cells() -> None:
-    x = torch.arange(15.0).view(1, 15, 1)  # a 3 x 5 grid
-    pooled = kv_downsample(x, 5, 3, 2, 2).flatten().tolist()
-    assert pooled == [3.0, 5.0, 6.5, 10.5, 12.5, 14.0]
+def test_kv_downsample_spreads_ragged_cells_evenly() -> None:
+    x = torch.arange(15.0).view(1, 15, 1)  # a 3 x 5 grid: rows 0-4, 5-9, 10-14
+    # 2x2 cells do not divide it: 2 x 3 tokens resampled nearest-exact, rows 0 and 2, columns 0, 2 and 4 (the
+    # corners and the middle, not a corner cell twice).
+    assert kv_downsample(x, 5, 3, 2, 2).flatten().tolist() == [0.0, 2.0, 4.0, 10.0, 12.0, 14.0]
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """Words for the device the user has (issue 34): the hint under *Speed*, the ComfyUI tooltip and the README give the
-figure measured on a GPU when the model runs on CUDA, the CPU figure on a CPU, both where the device is unknown.
+GPU figure when the model runs on CUDA, the CPU figure on a CPU, both where the device is unknown; a GPU figure the
+cost model estimated says "estimated".
 
-Every expected figure comes from `Preset.measured` / `Preset.measured_gpu`, none is typed here."""
+Every expected figure comes from `Preset.gpu` / `Preset.cpu` / `Preset.fidelity`, none is typed here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tome_core import FAMILIES, presets
-from tome_core.presets import FAMILY_LABELS, preset_hint
+from tome_core.presets import FAMILY_LABELS, change_words, preset_hint
 from tome_webui import compat, ui
 
 PRESETS = list(presets())
@@ -19,21 +20,26 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _gpu_words(preset, family: str) -> str:
-    gpu = preset.measured_gpu[family]
-    return f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}"
+    gpu = preset.gpu[family]
+    estimated = "" if gpu.measured else ", estimated"
+    return f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}{estimated}"
 
 
 def _cpu_words(preset, family: str) -> str:
-    measured = preset.measured[family]
-    return f"about {measured.speedup:.3g}\u00d7 faster on {measured.device}"
+    cpu = preset.cpu[family]
+    estimated = "" if cpu.measured else ", estimated"
+    return f"about {cpu.speedup:.3g}\u00d7 faster on {cpu.device}{estimated}"
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_preset_has_a_gpu_figure_per_family(preset, family: str) -> None:
-    gpu = preset.measured_gpu[family]
+def test_every_preset_has_a_gpu_and_a_cpu_figure_per_family(preset, family: str) -> None:
+    gpu, cpu = preset.gpu[family], preset.cpu[family]
     assert gpu.speedup > 1 and "GPU" not in gpu.device and gpu.device.startswith("an NVIDIA")
-    assert "NVIDIA" in gpu.setting or "H100" in gpu.setting
+    card = gpu.device.split()[2]  # "an NVIDIA H200 at 1024 px": the card its run names
+    assert card in gpu.setting
+    assert ("estimate" in gpu.setting) == (not gpu.measured)  # the run says how the figure was made
+    assert cpu.device == "a CPU" and "CPU" in cpu.setting
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
@@ -45,7 +51,9 @@ def test_the_hint_speaks_of_the_device_the_model_runs_on(preset, family: str) ->
     assert _gpu_words(preset, family) in on_gpu and _cpu_words(preset, family) not in on_gpu
     assert _cpu_words(preset, family) in on_cpu and _gpu_words(preset, family) not in on_cpu
     assert _gpu_words(preset, family) in unknown and _cpu_words(preset, family) in unknown
-    change = f"the image changes by about {100 * preset.measured[family].deviation_natural:.2g}%"
+    assert ("estimated" in on_gpu) == (not preset.gpu[family].measured)
+    assert ("estimated" in on_cpu) == (not preset.cpu[family].measured)
+    change = f"changes the image {change_words(preset.fidelity[family])}"
     assert all(change in text for text in (on_gpu, on_cpu, unknown))
 
 
@@ -76,4 +84,4 @@ def test_the_readme_gives_the_gpu_figure_of_every_preset() -> None:
     text = README.read_text()
     for preset in PRESETS:
         for family in FAMILIES:
-            assert f"{preset.measured_gpu[family].speedup:.3g}\u00d7" in text, (preset.name, family)
+            assert f"{preset.gpu[family].speedup:.3g}\u00d7" in text, (preset.name, family)

@@ -1,6 +1,7 @@
 """The words a user reads to choose a preset (`tome_core.presets.preset_hint`, `preset_details`): made from
-`Preset.measured` and `Preset.help` alone, for the model family that runs it, and a note when the image is too small
-for the preset to merge at some level (`unmerged_levels`, checked against what the patch really merges)."""
+`Preset.gpu`, `Preset.cpu`, `Preset.fidelity` and `Preset.help` alone, for the model family that runs it, and a note
+when the image is too small for the preset to merge at some level (`unmerged_levels`, checked against what the patch
+really merges). No figure of a preset is typed here: every expected text is made from the presets' data."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import pytest
 import torch
 
 import tome_core
-from tome_core import FAMILIES, Measured, TomeConfig, get_preset, presets
+from tome_core import FAMILIES, Fidelity, Speed, TomeConfig, get_preset, presets
 from tome_core.config import auto_levels
 from tome_core.presets import (
     FAMILY_LABELS,
     FAMILY_LAYOUTS,
+    REFERENCES,
+    Preset,
+    change_words,
     describe_config,
     preset_details,
     preset_hint,
@@ -26,20 +30,31 @@ from tome_core.presets import (
 import tiny_models
 
 PAIRS = [(preset.name, family) for preset in presets() for family in FAMILIES]
+#: Where each family's figures hold at their own size: no preset may gain less there for want of room to merge.
+NATIVE = {"sd": (512, 512), "sdxl": (1024, 1024)}
+
+
+def gpu_words(speed: Speed) -> str:
+    return f"about {speed.speedup:.3g}\u00d7 less GPU time per step on {speed.device}" + (
+        "" if speed.measured else ", estimated"
+    )
+
+
+def cpu_words(speed: Speed) -> str:
+    return f"about {speed.speedup:.3g}\u00d7 faster on {speed.device}" + ("" if speed.measured else ", estimated")
 
 
 def figures(name: str, family: str, device: str | None = "cpu") -> str:
-    """The figures the hint gives for a family: on a CPU the CPU one, on CUDA the GPU one, unknown: both."""
+    """The figures the hint gives for a family: on a CPU the CPU one, on CUDA the GPU one, unknown: both; then the
+    change beside the preset's reference."""
     preset = get_preset(name)
-    measured, gpu = preset.measured[family], preset.measured_gpu[family]
-    cpu_words = f"about {measured.speedup:.3g}\u00d7 faster on a CPU"
-    gpu_words = f"about {gpu.speedup:.3g}\u00d7 less GPU time per step on {gpu.device}"
-    speed = {"cpu": cpu_words, "cuda": gpu_words, None: f"{gpu_words} ({cpu_words})"}[device]
-    return f"{FAMILY_LABELS[family]}: {speed}, the image changes by about {100 * measured.deviation_natural:.2g}%"
+    gpu, cpu = gpu_words(preset.gpu[family]), cpu_words(preset.cpu[family])
+    speed = {"cpu": cpu, "cuda": gpu, None: f"{gpu} ({cpu})"}[device]
+    return f"{FAMILY_LABELS[family]}: {speed}; changes the image {change_words(preset.fidelity[family])}"
 
 
 @pytest.mark.parametrize(("name", "family"), PAIRS)
-def test_the_hint_gives_the_measured_figures_of_the_loaded_family(name: str, family: str) -> None:
+def test_the_hint_gives_the_figures_of_the_loaded_family(name: str, family: str) -> None:
     text = preset_hint(name, family, device="cpu")
     assert text == f"{preset_words(name)}. {figures(name, family)}."
     assert preset_hint(name, family, device="cuda") == f"{preset_words(name)}. {figures(name, family, 'cuda')}."
@@ -54,28 +69,75 @@ def test_without_a_family_the_hint_gives_every_family(name: str) -> None:
     assert preset_hint(get_preset(name)) == preset_hint(name)
 
 
-def test_the_hint_follows_the_measurements_it_is_made_from() -> None:
-    """No figure is typed into the hint: another measurement, another hint."""
+@pytest.mark.parametrize(("name", "family"), PAIRS)
+def test_the_change_is_stated_against_the_reference_on_a_stand_in(name: str, family: str) -> None:
+    """A preset's change is never a bare figure: it names the reference users know (tomesd's or ToDo's default)
+    and says it was measured on a stand-in model; an estimated GPU figure says so."""
+    preset = get_preset(name)
+    held, gpu = preset.fidelity[family], preset.gpu[family]
+    assert held.reference in REFERENCES and "stand-in" in held.setting
+    words = change_words(held)
+    assert held.reference in words and words.endswith("stand-in model)")
+    on_gpu = preset_hint(name, family, device="cuda")
+    assert f"changes the image {words}" in on_gpu
+    assert ("estimated" in on_gpu) == (not gpu.measured)
+
+
+def test_the_change_words_follow_the_ratio() -> None:
+    """About as much within 3%, else less (with the factor) or the factor as much, beside the reference named; in
+    one step and, where measured, over a whole generation, each as measured (a preset can rank differently)."""
+    for reference in REFERENCES:
+        same, less, more = (Fidelity(reference, change, "stand-in, a test") for change in (1.02, 0.5, 2.0))
+        assert change_words(same) == f"about as much as {reference} (stand-in model)"
+        assert change_words(less) == f"less than {reference} (0.50\u00d7 its change, stand-in model)"
+        assert change_words(more) == f"2.00\u00d7 as much as {reference} (stand-in model)"
+        both = Fidelity(reference, 0.99, "stand-in, a test", generation=1.01)
+        assert change_words(both) == (
+            f"about as much as {reference}, in one step and over a whole generation (stand-in model)"
+        )
+        split = Fidelity(reference, 0.94, "stand-in, a test", generation=1.24)
+        assert change_words(split) == (
+            f"less than {reference} (0.94\u00d7 its change) in one step, 1.24\u00d7 as much over a whole generation"
+            " (stand-in model)"
+        )
+        level = Fidelity(reference, 1.5, "stand-in, a test", generation=1.02)
+        assert change_words(level) == (
+            f"1.50\u00d7 as much as {reference} in one step, about as much over a whole generation (stand-in model)"
+        )
+
+
+def test_the_hint_follows_the_figures_it_is_made_from() -> None:
+    """No figure is typed into the hint: other figures, another hint."""
     fast = get_preset("fast")
-    remeasured = dataclasses.replace(
-        fast, measured=MappingProxyType({**fast.measured, "sd": Measured(2.5, 0.2, 0.125, "SD1.5 640 px, a test")})
+    reference = next(iter(REFERENCES))
+    refigured = dataclasses.replace(
+        fast,
+        cpu=MappingProxyType({**fast.cpu, "sd": Speed(2.5, "SD1.5 640 px, a test", "a CPU")}),
+        gpu=MappingProxyType({**fast.gpu, "sd": Speed(3.0, "a GPU test", "an H100", measured=False)}),
+        fidelity=MappingProxyType({**fast.fidelity, "sd": Fidelity(reference, 0.5, "stand-in SD1.5, a test")}),
     )
-    assert (
-        preset_hint(remeasured, "sd", device="cpu")
-        == f"{preset_words(fast)}. SD1/SD2: about 2.5\u00d7 faster on a CPU, the image changes by about 12%."
+    change = f"changes the image less than {reference} (0.50\u00d7 its change, stand-in model)"
+    assert preset_hint(refigured, "sd", device="cpu") == (
+        f"{preset_words(fast)}. SD1/SD2: about 2.5\u00d7 faster on a CPU; {change}."
     )
-    on_gpu = dataclasses.replace(
-        fast, measured=MappingProxyType({**fast.measured, "sd": Measured(0.9, 0.2, 0.125, "a test", "an H100")})
+    assert preset_hint(refigured, "sd", device="cuda") == (
+        f"{preset_words(fast)}. SD1/SD2: about 3\u00d7 less GPU time per step on an H100, estimated; {change}."
     )
-    assert "SD1/SD2: about 0.9\u00d7 faster on an H100, the image" in preset_hint(on_gpu, "sd", device="cpu")
-    assert preset_hint(remeasured, "sdxl") == preset_hint(fast, "sdxl")
-    assert "measured: SD1.5 640 px, a test: 2.5\u00d7 faster, deviation 0.2 from white noise, 0.125 from" in (
-        preset_details(remeasured, "sd")
-    )
+    measured = dataclasses.replace(refigured, gpu=MappingProxyType({"sd": Speed(3.0, "a GPU test", "an H100")}))
+    assert "SD1/SD2: about 3\u00d7 less GPU time per step on an H100; " in preset_hint(measured, "sd", device="cuda")
+    assert preset_hint(refigured, "sdxl") == preset_hint(fast, "sdxl")
+    details = preset_details(refigured, "sd")
+    assert f"change beside {REFERENCES[reference]}: 0.5\u00d7, measured on a stand-in SD1.5, a test" in details
+    assert "3\u00d7 less GPU time, estimated: a GPU test" in details
+    assert "2.5\u00d7 faster, measured: SD1.5 640 px, a test" in details
     unmeasured = dataclasses.replace(
-        fast, measured=MappingProxyType({"sd": fast.measured["sd"]}), measured_gpu=MappingProxyType({})
+        fast,
+        fidelity=MappingProxyType({"sd": fast.fidelity["sd"]}),
+        gpu=MappingProxyType({}),
+        cpu=MappingProxyType({}),
     )
     assert "SDXL: not measured" in preset_hint(unmeasured)
+    assert "SD1/SD2: not measured" not in preset_hint(unmeasured)
 
 
 @pytest.mark.parametrize("name", [preset.name for preset in presets()])
@@ -87,29 +149,72 @@ def test_the_words_are_the_lead_of_the_presets_help(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "family"), PAIRS)
 def test_the_details_say_what_runs_and_where_it_was_measured(name: str, family: str) -> None:
+    """What runs, then each figure with where it comes from: the change beside the reference (in full) on the
+    stand-in, the GPU and the CPU speed-up, measured or estimated, each with its run."""
     preset = get_preset(name)
-    measured = preset.measured[family]
+    held = preset.fidelity[family]
     details = preset_details(name, family)
-    assert details.startswith(f"{FAMILY_LABELS[family]}: {describe_config(preset.config(family), family)} (measured: ")
-    assert measured.setting in details and f"{measured.speedup:.3g}\u00d7" in details
+    assert details.startswith(
+        f"{FAMILY_LABELS[family]}: {describe_config(preset.config(family), family)} (change beside"
+        f" {REFERENCES[held.reference]}: {held.change:.3g}\u00d7"
+        + ("" if held.generation is None else f" in one step, {held.generation:.3g}\u00d7 in a whole generation")
+        + f", measured on a {held.setting}"
+    )
+    for speed, gain in ((preset.gpu[family], "less GPU time"), (preset.cpu[family], "faster")):
+        how = "measured" if speed.measured else "estimated"
+        assert f"{speed.speedup:.3g}\u00d7 {gain}, {how}: {speed.setting}" in details
     assert preset_details(name).splitlines() == [preset_details(name, f) for f in FAMILIES]
 
 
+def too_small(preset: Preset, families: tuple[str, ...], size: tuple[int, int]) -> str:
+    """The note `preset_hint` adds at `size`: the levels `unmerged_levels` names per family, and why."""
+    where = []
+    for family in families:
+        config = preset.config(family)
+        levels = unmerged_levels(config, family, *size)
+        if levels:
+            # A level's grid rounds up from the latent (pixels / 8); a whole cell fits, or the ratio is too small.
+            grids = [(-(-size[1] // 8 // level), -(-size[0] // 8 // level)) for level in levels]
+            fits = all(h >= config.sy and w >= config.sx for h, w in grids)
+            why = (
+                "its ratio merges no token there"
+                if fits
+                else f"its {config.sx}\u00d7{config.sy} cells do not fit there"
+            )
+            where.append(f"at level {' and '.join(map(str, levels))} on {FAMILY_LABELS[family]} ({why})")
+    if not where:
+        return ""
+    return (
+        f" At {size[0]}\u00d7{size[1]} px the image is too small for {preset.label} to merge tokens"
+        f" {' or '.join(where)}, so it gains less."
+    )
+
+
+SMALL = [(side, side) for side in (32, 48, 64, 96, 128, 192, 256)] + [(64, 96), (96, 512), (512, 64)]
+
+
 def test_too_small_to_merge_at_a_level_is_said() -> None:
-    # SD1/SD2 Fast merges with 8x8 cells at level 4, Fastest at levels 2 and 4: a 96 px image has a 3x3 grid at
-    # level 4 and a 6x6 one at level 2, a 256 px image an 8x8 grid at level 4 (one cell fits).
-    for name, levels in (("fast", "4"), ("fastest", "2 and 4")):
-        text = preset_hint(name, "sd", (96, 96))
-        assert text.startswith(preset_hint(name, "sd"))
-        label = get_preset(name).label
-        assert text.endswith(
-            f"At 96\u00d796 px the image is too small for {label} to merge tokens at level {levels} on SD1/SD2 (its"
-            " 8\u00d78 cells do not fit there), so it gains less."
-        )
-        assert preset_hint(name, "sd", (256, 256)) == preset_hint(name, "sd")
-    assert preset_hint("quality", "sd", (64, 64)) == preset_hint("quality", "sd")  # pooling needs no cell
-    both = preset_hint("fastest", None, (64, 96))
-    assert "on SD1/SD2 (its 8\u00d78 cells do not fit there) or at level 4 on SDXL (its 4\u00d74 cells" in both
+    noted = 0
+    for preset in presets():
+        for family in FAMILIES:
+            plain = preset_hint(preset, family)
+            for size in SMALL:
+                note = too_small(preset, (family,), size)
+                assert preset_hint(preset, family, size) == plain + note, (preset.name, family, size)
+                noted += bool(note)
+            assert preset_hint(preset, family, NATIVE[family]) == plain, (preset.name, family)
+    assert noted  # a 32 px image has one token at level 4: any preset that merges there says so
+    # Both families, as when no model is loaded: one sentence, the families joined.
+    fastest = get_preset("fastest")
+    both = [size for size in SMALL if all(unmerged_levels(fastest.config(f), f, *size) for f in FAMILIES)]
+    assert both
+    text = preset_hint(fastest, None, both[0])
+    assert text == preset_hint(fastest) + too_small(fastest, FAMILIES, both[0]) and " or at level " in text
+    # Pooling keys/values needs no cell: a preset that only pools never says it.
+    pooling = dataclasses.replace(
+        fastest, families=MappingProxyType({f: {"mode": "kv", "sx": 4, "sy": 4} for f in FAMILIES})
+    )
+    assert preset_hint(pooling, None, (32, 32)) == preset_hint(pooling)
     with pytest.raises(ValueError, match="model family"):
         preset_hint("fast", "flux")
 

@@ -112,9 +112,10 @@ def test_comfy_registry_metadata() -> None:
 
 
 def listing_entry() -> dict[str, Any]:
-    """The A1111 extension index entry the README's "Listing" section gives (a JSON block)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Listing\n", 1)[1].split("\n## ", 1)[0]
+    """The A1111 extension index entry docs/listing.md gives (a JSON block; the README's "Listing" links there)."""
+    listing = (ROOT / "docs" / "listing.md").read_text()
+    section = listing.split("\n## A1111's extension index\n", 1)[1].split("\n## ", 1)[0]
+    assert "docs/listing.md" in (ROOT / "README.md").read_text().split("\n## Listing\n", 1)[1]
     (block,) = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
     return json.loads(block)
 

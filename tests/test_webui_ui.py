@@ -150,12 +150,12 @@ def tooltip(note: str) -> str:
 
 @pytest.mark.parametrize("name", [p.name for p in presets()])
 def test_note_for_a_preset_speaks_the_users_words(name: str) -> None:
-    """The note says what the preset gains and changes (tome_core.presets.preset_hint, from Preset.measured), for
-    the loaded model's family alone when it is known; what it runs is in the tooltip."""
-    unknown = ui.note_html({"preset": name, "ratio": 0.1}, is_img2img=True)
+    """The note says what the preset gains and changes (tome_core.presets.preset_hint, from Preset.gpu, Preset.cpu
+    and Preset.fidelity), for the loaded model's family alone when it is known; what it runs is in the tooltip."""
+    unknown = ui.note_html({"preset": name, "ratio": 0.37}, is_img2img=True)
     assert preset_hint(name) in visible_text(unknown)
     assert tooltip(unknown) == preset_details(name)
-    assert "0.10" not in unknown  # the hidden custom ratio is not what runs
+    assert unknown == ui.note_html({"preset": name}, is_img2img=True)  # the hidden custom ratio is not what runs
     for family, other in (("sd", "SDXL"), ("sdxl", "SD1/SD2")):
         loaded = ui.note_html({"preset": name}, is_img2img=True, family=family)
         assert preset_hint(name, family) in visible_text(loaded) and other not in visible_text(loaded)

@@ -738,6 +738,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tome_bench import gpu_job
 
         return gpu_job.main([a for a in argv if a != "--gpu-job"])
+    if "--fidelity" in argv:
+        from tome_bench import fidelity
+
+        return fidelity.main([a for a in argv if a != "--fidelity"])
     opts = parse_options(argv)
     if opts.images:
         from tome_bench import images
@@ -949,6 +953,13 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
             "",
             gpu_table.explanation(opts.gpu),
         ]
+    stand_in: list[Any] = []
+    if opts.main_job:
+        from tome_bench import fidelity
+
+        with task("change of the image on the stand-ins (one call each)"):
+            stand_in = fidelity.main_job_rows([spec.name for spec in opts.arches], opts)
+        gpu_section += ["", *fidelity.main_job_section(stand_in)]
     wall = time.perf_counter() - started
     table = report.format_table(rows, opts.device, opts.latents)
     warning = report.spread_line(rows)
@@ -959,6 +970,8 @@ def main_call(opts: Options, argv: Sequence[str]) -> int:
     extra: dict[str, Any] = {"merge_overhead": [r.__dict__ for r in overhead]}
     if estimate_rows:
         extra["gpu_estimate"] = gpu_table.payload(estimate_rows, opts.gpu)
+    if stand_in:
+        extra["stand_in_change"] = [row.__dict__ for row in stand_in]
     data = report.payload(opts, argv, info, rows, checks, notes, warning, wall, mode_keys={}, extra=extra)
     paths[1].write_text(json.dumps(data, indent=2))
     report.write_plot(rows, paths[2], latents=opts.latents)

@@ -273,23 +273,24 @@ def estimate(tr: Trace, gpu: GpuSpec) -> Estimate:
 GPUS: Mapping[str, GpuSpec] = {
     "h200": GpuSpec(
         name="NVIDIA H200",
-        tflops={"matmul": 1154.0, "conv": 500.0, "attention": 338.6},
+        tflops={"matmul": 1679.0, "conv": 626.2, "attention": 338.6},
         gbs={
-            "matmul": 3000.0,
-            "conv": 2436.0,
-            "attention": 5512.0,
-            "memory": 2116.0,
-            "group_norm": 276.0,
-            "layer_norm": 1360.0,
-            "gather": 2791.0,
-            "scatter": 446.0,
+            "matmul": 2539.0,
+            "conv": 631.5,
+            "attention": 5843.0,
+            "memory": 2398.0,
+            "group_norm": 326.1,
+            "layer_norm": 1746.0,
+            "gather": 1795.0,
+            "scatter": 572.7,
             "sort": 8.2,
-            "reduce": 1244.0,
-            "pool": 607.0,
+            "reduce": 1967.0,
+            "pool": 687.8,
         },
-        kernel_us=1.76,
-        source="docs/runs/2026-11-26-h200-b/batch3/profile-eager.json (fp16, eager, SD1.5 and SDXL at 1024 and 2048"
-        " px, 30 calls; median error 5.9%, max 14.1%)",
+        kernel_us=3.34,
+        source="docs/runs/2026-11-27-h200/gpu.json (fp16, eager, SD1.5 at 512/768/1024 and SDXL at 1024/1536 px, the"
+        " presets, references and candidates of the --gpu-job run, disturbed and tomesd rows left out: 51 calls,"
+        " median error 5.1%, max 9.1%)",
     ),
     "h100": GpuSpec(
         name="NVIDIA H100",

@@ -485,7 +485,8 @@ def write_report(
         "",
         f"median s: median {_time_word(opts)} of one UNet call. speed-up: baseline median / median. spread: (max - min) /"
         " median of the timed runs. deviation: relative L2 distance of the output from the baseline output on the"
-        " same input (first run).",
+        " same input (first run), on random weights: they attend uniformly, so this shows that a patch ran, not how"
+        " much a trained model's image changes (that is the stand-in section).",
     ]
     if sections:
         lines += ["", *sections]

@@ -90,8 +90,8 @@ def preset_by_label() -> dict[str, Preset]:
 
 def preset_text(preset: Preset) -> str:
     """What a user reads to choose `preset`, for both families (the node does not know the model yet): the core's
-    words with the measured speed-up and image change (`tome_core.presets.preset_hint`, the WebUI hint's source),
-    else, in a core without them, the preset's help."""
+    words with the GPU and CPU speed-ups and the change of the image beside the preset's reference
+    (`tome_core.presets.preset_hint`, the WebUI hint's source), else, in a core without them, the preset's help."""
     # The module, not `tome_core.presets`: the package's function of that name hides the submodule attribute.
     hint = getattr(importlib.import_module("tome_core.presets"), "preset_hint", None)
     return hint(preset) if callable(hint) else preset.help

@@ -34,9 +34,10 @@ DESCRIPTIONS = {
 
 
 def description(node_id: str) -> str:
-    """What ComfyUI shows as the node's description: its words, for the preset node each preset's measured speed-up
-    and change of the image (the preset input's tooltip words, `tome_comfy.inputs.preset_text`), and last the
-    version, which a user reporting a problem finds there and at the start of each line a sampling logs."""
+    """What ComfyUI shows as the node's description: its words, for the preset node each preset's speed-ups and
+    change of the image beside its reference (the preset input's tooltip words, `tome_comfy.inputs.preset_text`),
+    and last the version, which a user reporting a problem finds there and at the start of each line a sampling
+    logs."""
     from tome_core import __version__
 
     text = DESCRIPTIONS[node_id]

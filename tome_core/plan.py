@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tome_core.config import LEVELS, TomeConfig, auto_levels
-from tome_core.merge import merged_tokens
+from tome_core.merge import kv_tokens, merged_tokens
 
 #: What a block does: nothing; self-attention attends to keys/values pooled over cells; its modules run on merged
 #: tokens one by one (each merges and unmerges); the whole block runs on merged tokens (one merge, one unmerge).
@@ -102,7 +102,7 @@ class BlockPlan:
         if self.kind == "whole":
             return dict.fromkeys(PARTS, next(iter(merged.values())))
         out = {"block": n, **dict.fromkeys(("attn1", "attn2", "ff"), n), **merged}
-        out["kv"] = math.ceil(h / self.sy) * math.ceil(w / self.sx) if self.pools else out["attn1"]
+        out["kv"] = kv_tokens(h, w, self.sx, self.sy) if self.pools else out["attn1"]
         return {part: out[part] for part in PARTS}
 
     def merges_at(self, h: int, w: int) -> bool:

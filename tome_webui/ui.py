@@ -10,7 +10,8 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
                        of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
     cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, one line in the user's words,
                        what it gains and changes for the loaded model's family (both families while none is
-                       known), as measured (`preset_hint` in tome_core/presets.py), and a note when the image is
+                       known: the speed-up on the WebUI's device, the change beside the reference the preset is
+                       held to; `preset_hint` in tome_core/presets.py), and a note when the image is
                        too small for it to merge at some level, with what it runs and its tokens per level in the
                        note's tooltip (`preset_details`, `token_details`); for Custom, the ratio merged or the
                        pooling in kv mode; plus a line for the Hires fix pass where it runs other values than the
@@ -99,8 +100,8 @@ PAGE_VALUES_LABEL = "ToMe page values"
 #: layouts; tests check them against the real architectures (`tome_core.blocks_per_level`).
 describe = describe_config
 PRESET_HELP = (
-    "Speed against fidelity: each preset is a point measured on the speed/deviation frontier, resolved for the"
-    " model that runs each pass (SD1/SD2 or SDXL). "
+    "Speed against fidelity: from Quality to Fastest each preset takes less GPU time, each held to a default users"
+    " know (tomesd's or ToDo's), resolved for the model that runs each pass (SD1/SD2 or SDXL). "
     + " ".join(f"{preset.label}: {preset.help}" for preset in presets())
     + " Custom: the settings below."
 )
