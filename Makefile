@@ -2,7 +2,7 @@
 #   make venv    create/refresh .venv (incremental: only re-runs when a requirements file changes)
 #   make test    ruff check + ruff format --check + pytest (all but live-WebUI/ComfyUI tests; browser tests skip without chromium)
 #   make bench   python -m tome_bench, the main job: every preset on SD1.5 (512 px) and SDXL (640 px) beside the
-#                unpatched UNet and tomesd, with the GPU estimate, into bench-out/; ~10 min on 2 idle cores, on the
+#                unpatched UNet and tomesd, with the GPU estimate, into bench-out/; ~20 min on 2 cores, on the
 #                GPU in fp16 where CUDA is available (BENCH_ARGS="..." passes options, e.g. "--device cpu", or
 #                "--compare" for ours at ratio 0.5 beside tomesd at 512 and 1024 px)
 #   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,

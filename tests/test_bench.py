@@ -220,7 +220,7 @@ def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None
     assert info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "it runs the main job (make bench): SD1.5 and SDXL" in text
-    assert "On cpu: SD1.5 at 512 px and SDXL at 640 px, 4 timed runs of every variant, about 10 minutes" in text
+    assert "On cpu: SD1.5 at 512 px and SDXL at 640 px, 4 timed runs of every variant, about 20 minutes" in text
     assert "cpu matrix (--compare) sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
     assert "--full the full matrix: sizes 512,1024 px, ratios 0.3,0.5,0.7, 3 timed runs after 1 warm-up round" in text
     assert "--repeats REPEATS timed runs per variant (default 4 (cuda: 20) in the main job; with an option" in text

@@ -78,10 +78,10 @@ def figures(name: str, family: str) -> list[str]:
     """A family's two cells of a preset's row: the GPU speed-up (* estimated) and the change beside its reference."""
     preset = get_preset(name)
     gpu, held = preset.gpu[family], preset.fidelity[family]
-    whole = "" if held.generation is None else f" / {held.generation:.2f}\u00d7"
+    whole = "" if held.generation is None else f"/{held.generation:.2f}"
     return [
         f"{gpu.speedup:.3g}\u00d7{'' if gpu.measured else '*'}",
-        f"{held.change:.2f}\u00d7{whole} {SHORT[held.reference]}",
+        f"{held.change:.2f}{whole}\u00d7 {SHORT[held.reference]}",
     ]
 
 
@@ -105,7 +105,7 @@ def test_presets_print_as_a_table() -> None:
         assert row[1] == preset_words(preset)
         assert row[2:] == [cell for family in FAMILIES for cell in figures(preset.name, family)]
     (default,) = [line for line in lines if line.startswith(DEFAULT_PRESET)]
-    assert "(default)" in default
+    assert cells(table, DEFAULT_PRESET)[1].startswith("The default"), default
     flat = " ".join(table.split())  # the legend wraps long runs
     for preset in listed:
         for family in FAMILIES:  # where the figures come from

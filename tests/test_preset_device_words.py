@@ -33,26 +33,31 @@ def _cpu_words(preset, family: str) -> str:
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_preset_has_a_gpu_and_a_cpu_figure_per_family(preset, family: str) -> None:
-    gpu, cpu = preset.gpu[family], preset.cpu[family]
+def test_every_preset_has_a_gpu_figure_per_family(preset, family: str) -> None:
+    gpu = preset.gpu[family]
     assert gpu.speedup > 1 and "GPU" not in gpu.device and gpu.device.startswith("an NVIDIA")
     card = gpu.device.split()[2]  # "an NVIDIA H200 at 1024 px": the card its run names
     assert card in gpu.setting
     assert ("estimate" in gpu.setting) == (not gpu.measured)  # the run says how the figure was made
-    assert cpu.device == "a CPU" and "CPU" in cpu.setting
+    cpu = preset.cpu.get(family)  # only from a run quiet enough to rank the presets
+    assert cpu is None or (cpu.device == "a CPU" and "CPU" in cpu.setting)
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_hint_speaks_of_the_device_the_model_runs_on(preset, family: str) -> None:
+    """A GPU gets the GPU figure; a CPU the CPU figure, or the GPU one (naming its card) where none was measured."""
     on_gpu = preset_hint(preset, family, device="cuda")
     on_cpu = preset_hint(preset, family, device="cpu")
     unknown = preset_hint(preset, family)
-    assert _gpu_words(preset, family) in on_gpu and _cpu_words(preset, family) not in on_gpu
-    assert _cpu_words(preset, family) in on_cpu and _gpu_words(preset, family) not in on_cpu
-    assert _gpu_words(preset, family) in unknown and _cpu_words(preset, family) in unknown
+    assert _gpu_words(preset, family) in on_gpu and _gpu_words(preset, family) in unknown
     assert ("estimated" in on_gpu) == (not preset.gpu[family].measured)
-    assert ("estimated" in on_cpu) == (not preset.cpu[family].measured)
+    if family in preset.cpu:
+        assert _cpu_words(preset, family) not in on_gpu and _cpu_words(preset, family) in unknown
+        assert _cpu_words(preset, family) in on_cpu and _gpu_words(preset, family) not in on_cpu
+        assert ("estimated" in on_cpu) == (not preset.cpu[family].measured)
+    else:
+        assert on_cpu == on_gpu and "faster on a CPU" not in unknown
     change = f"changes the image {change_words(preset.fidelity[family])}"
     assert all(change in text for text in (on_gpu, on_cpu, unknown))
 
@@ -66,7 +71,11 @@ def test_the_webui_note_follows_the_webui_device(monkeypatch: pytest.MonkeyPatch
     fast = next(p for p in PRESETS if p.name == "fast")
     for family in FAMILIES:
         assert FAMILY_LABELS[family] in shown
-        gpu, cpu = _gpu_words(fast, family), _cpu_words(fast, family)
+        gpu = _gpu_words(fast, family)
+        if family not in fast.cpu:  # no CPU figure: the GPU one, naming its card, on either device
+            assert gpu in shown
+            continue
+        cpu = _cpu_words(fast, family)
         assert (gpu in shown, cpu in shown) == ((True, False) if device == "cuda" else (False, True))
 
 
@@ -77,7 +86,8 @@ def test_the_comfyui_tooltip_gives_both_figures() -> None:
     tooltip = widget.tooltip
     for preset in PRESETS:
         for family in FAMILIES:
-            assert _gpu_words(preset, family) in tooltip and _cpu_words(preset, family) in tooltip
+            assert _gpu_words(preset, family) in tooltip
+            assert family not in preset.cpu or _cpu_words(preset, family) in tooltip
 
 
 def test_the_readme_gives_the_gpu_figure_of_every_preset() -> None:

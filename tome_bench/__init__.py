@@ -2,7 +2,7 @@
 interleaved in one process.
 
     python -m tome_bench          # the main job (make bench): every preset on SD1.5 and SDXL, tomesd, the GPU
-                                  # estimate; ~10 min on 2 cores, on the GPU in fp16 where CUDA is available
+                                  # estimate; ~20 min on 2 cores, on the GPU in fp16 where CUDA is available
     python -m tome_bench --gpu-estimate   # only what each preset is expected to gain on a GPU (no timing)
     python -m tome_bench --compare        # ours at ratio 0.5 beside tomesd, SD1.5 at 512 and 1024 px
     python -m tome_bench --full   # ratios 0.3/0.5/0.7, 3 timed runs after a warm-up round (default on cuda)

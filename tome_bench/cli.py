@@ -67,7 +67,7 @@ class MainJob:
 #: `tome_core.presets()` and tomesd at its defaults (ratio 0.5, max_downsample 1: on SDXL it merges nothing and is
 #: not timed), one UNet call (batch 2) per variant and round: an untimed round on the natural start latent (its
 #: deviation, and every variant's first call), then four timed rounds on white noise; the GPU estimate beside it.
-#: On a CPU SD1.5 at 512 px and SDXL at 640 px (the size of the presets' SDXL figures): about 10 minutes on 2 idle
+#: On a CPU SD1.5 at 512 px and SDXL at 640 px: about 20 minutes on 2
 #: cores (a quiet round took 33 s and 77 s: docs/benchmarks.md).
 MAIN_JOB = MainJob(sizes={"sd15": "512", "sdxl": "640"}, repeats=4)
 #: The main job on CUDA (fp16): the sizes people generate at on a GPU, the ones the estimate covers, and more timed
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         " job (make bench): SD1.5 and SDXL with random weights, the unpatched UNet, every preset of"
         " tome_core.presets() and tomesd at its defaults, speed-up and deviation (an untimed round on the natural"
         " start latent first, then the timed rounds on noise), the results table, the plot and the GPU estimate"
-        f" beside them, into --out. On cpu: {MAIN_JOB.describe()} of every variant, about 10 minutes on 2 idle cores;"
+        f" beside them, into --out. On cpu: {MAIN_JOB.describe()} of every variant, about 20 minutes on 2 cores;"
         f" on a machine with CUDA it runs there in fp16 (--device cpu: on the CPU): {MAIN_JOB_CUDA.describe()}."
         " --arch, --sizes (ARCH:SIZE for one architecture), --presets, --repeats, --latents, --device adjust it."
         f" With an option that picks variants: cpu matrix (--compare) {COMPARE_MATRIX.describe()} (about 8"

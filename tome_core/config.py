@@ -94,7 +94,7 @@ class TomeConfig:
     sx: int = _spec(
         int,
         "Stride x",
-        "Width of the cell holding one destination token (in 'kv' mode: the cell keys/values are pooled over)."
+        "Width of the cell holding one destination token (in 'kv' mode: the cell that keeps one key/value)."
         " Larger strides allow higher ratios, at most 1 - 1/(sx*sy), but match coarser; a ratio above that, or 1x1"
         " cells with a ratio above 0 (nothing to merge), is refused.",
         default=2,
@@ -105,7 +105,7 @@ class TomeConfig:
     sy: int = _spec(
         int,
         "Stride y",
-        "Height of the cell holding one destination token (in 'kv' mode: the cell keys/values are pooled over)."
+        "Height of the cell holding one destination token (in 'kv' mode: the cell that keeps one key/value)."
         " Larger strides allow higher ratios, at most 1 - 1/(sx*sy), but match coarser; a ratio above that, or 1x1"
         " cells with a ratio above 0 (nothing to merge), is refused.",
         default=2,
@@ -158,7 +158,7 @@ class TomeConfig:
         str,
         "Mode",
         "'merge': ToMe, merge similar tokens and copy results back. 'kv': keep every query, attend to keys/values"
-        " pooled over sx*sy cells (ToDo): no matching cost, keeps more detail per token, saves less at low"
+        " subsampled, one per sx*sy cell (ToDo): no matching cost, keeps more detail per token, saves less at low"
         " resolution. In 'kv' mode self-attention pools; cross-attention and the MLP still merge (at the ratio and"
         " MLP ratio) when turned on.",
         default="merge",
@@ -245,7 +245,7 @@ class TomeConfig:
         bool,
         "Pool keys/values elsewhere",
         "In the levels with transformer blocks that do not merge (outside 'Merge from downsample' to 'Max"
-        " downsample'), self-attention attends to keys/values pooled over sx*sy cells, as in 'kv' mode: one small"
+        " downsample'), self-attention attends to keys/values subsampled, one per sx*sy cell, as in 'kv' mode: one small"
         " kernel per block, for speed where merging would cost more fidelity (or more GPU launches) than it saves.",
         default=False,
         advanced=True,
