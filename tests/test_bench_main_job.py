@@ -231,7 +231,7 @@ def test_the_readme_names_the_main_jobs_time_output_and_content() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     section = readme[readme.index("## Benchmark and tests") :]
     section = section[: section.index("\n## ", 5)] if "\n## " in section[5:] else section
-    assert "make bench" in section and "bench-out/" in section and "13 min" in section
+    assert "make bench" in section and "bench-out/" in section and "20 min" in section
     assert "GPU" in section and "--gpu-estimate" in section and "preset" in section
     assert archs.get_arch("sdxl").label in section and "640 px" in section
 
