@@ -134,7 +134,7 @@ def standin_inputs(
 #: The published relations the stand-in is fitted to (one UNet call at t=500 from a natural-spectrum start, the
 #: first level with attention only): the output's mean squared change under ToMe at ratio 0.75 over that under ToDo
 #: 2x2, and under ToDo 3x3 over ToDo 2x2 (ToDo, arXiv 2402.13573, Table 1: 4.3 and 1.5, DreamShaper SD1.5 at
-#: 1536 px). `fit` finds the sharpness that reproduces both best (log error), at each size.
+#: 1536 px). The sharpness in `FITTED` was scanned by hand for both, at each size (docs/fidelity.md).
 TARGETS = {"tome.75/todo2": 4.3, "todo3/todo2": 1.5}
 
 #: Depth gain of every fitted stand-in: with it, merging or pooling deeper levels changes the output more than the
