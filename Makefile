@@ -3,8 +3,8 @@
 #   make test    ruff check + ruff format --check + pytest (all but live-WebUI/ComfyUI tests; browser tests skip without chromium)
 #   make bench   python -m tome_bench, the main job: every preset on SD1.5 (512 px) and SDXL (640 px) beside the
 #                unpatched UNet and tomesd, with the GPU estimate, into bench-out/; ~20 min on 2 cores, on the
-#                GPU in fp16 where CUDA is available (BENCH_ARGS="..." passes options, e.g. "--device cpu", or
-#                "--compare" for ours at ratio 0.5 beside tomesd at 512 and 1024 px)
+#                GPU in fp16 where CUDA is available (BENCH_ARGS="..." passes the main job's options, e.g.
+#                "--device cpu"; the other jobs: python -m tome_bench --help)
 #   make peers   install the whole-generation benchmark's peers (requirements-peers.txt: CA-ToMe, DeepCache,
 #                HiDiffusion) into .venv with --no-deps; optional, the tests skip a peer that is not installed
 #   make bench-gen  whole generations side by side with every peer and ours at each preset: SD1.5 at 512 and
@@ -99,10 +99,10 @@ peers: venv
 	@$(CPU_TORCH_CHECK)
 	$(PY) -c 'import torch, ca_tome, DeepCache, hidiffusion; print("peers installed")'
 
-# The two commands are tome_bench.cli.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
+# The two commands are tome_bench.peers.GEN_COMMANDS (python -> $(PY)); BENCH_ARGS is added to both.
 bench-gen: peers
-	$(PY) -m tome_bench --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15 $(BENCH_ARGS)
-	$(PY) -m tome_bench --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
+	$(PY) -m tome_bench peers --steps 10 --arch sd15 --sizes 512,768 --peers all --presets all --out bench-out/gen-sd15 $(BENCH_ARGS)
+	$(PY) -m tome_bench peers --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis bench-out build dist *.egg-info

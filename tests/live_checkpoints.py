@@ -1,4 +1,18 @@
-"""Make a random-weight checkpoint from shared/tools loadable by ComfyUI, for the live suites.
+"""Random-weight checkpoints for the live ComfyUI suites, made or fixed here (nothing is downloaded).
+
+    python tests/live_checkpoints.py MADE.safetensors ComfyUI/models/checkpoints/random-sdxl.safetensors
+    python tests/live_checkpoints.py dit ComfyUI
+
+The second form sets up the diffusion-transformer checks (tests/test_live_comfy_dit.py): it writes
+`models/diffusion_models/random-flux.safetensors` (Flux.1 dev's layout at one double and one single block: ComfyUI
+fixes the hidden size at 3072 and finds the family from the `double_blocks.*` keys) and `random-wan21.safetensors`
+(Wan 2.1 text-to-video with dim 256, two heads, two blocks: ComfyUI reads the dim from `head.modulation`), and copies
+tests/comfy_live_node (conditioning of the right shape from a seed, in place of the T5 text encoders) into
+`custom_nodes/tome_live_conditioning`. The tensor names and shapes are those of ComfyUI's own model classes, built
+on the meta device from the given ComfyUI checkout; the values are seeded normal weights (std 0.02), zero biases
+and unit norm scales, stored in bfloat16.
+
+The first form fixes a checkpoint from shared/tools:
 
 Run with transformers 5.x, `make_random_sdxl.py` writes the CLIP ViT-L text encoder as
 `conditioner.embedders.0.transformer.encoder...`, without the `text_model.` level that SDXL checkpoints and ComfyUI's
@@ -17,6 +31,7 @@ import shutil
 import struct
 import sys
 from pathlib import Path
+from typing import Any
 
 CLIP_L_PREFIXES = ("conditioner.embedders.0.transformer.", "cond_stage_model.transformer.")
 TEXT_MODEL_PARTS = ("embeddings.", "encoder.", "final_layer_norm.")
@@ -48,7 +63,86 @@ def rename_for_comfy(source: Path, target: Path) -> int:
     return sum(new != old for old, new in names.items())
 
 
+#: The diffusion transformers the DiT checks load: file name -> (ComfyUI's module, class, constructor keywords).
+DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "random-flux.safetensors": (
+        "comfy.ldm.flux.model",
+        "Flux",
+        {
+            "in_channels": 16,
+            "out_channels": 16,
+            "vec_in_dim": 768,
+            "context_in_dim": 4096,
+            "hidden_size": 3072,
+            "mlp_ratio": 4.0,
+            "num_heads": 24,
+            "depth": 1,
+            "depth_single_blocks": 1,
+            "axes_dim": [16, 56, 56],
+            "theta": 10000,
+            "patch_size": 2,
+            "qkv_bias": True,
+            "guidance_embed": True,
+        },
+    ),
+    "random-wan21.safetensors": (
+        "comfy.ldm.wan.model",
+        "WanModel",
+        {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
+    ),
+}
+
+
+def random_state_dict(module: Any, seed: int) -> dict[str, Any]:
+    """Seeded values for every tensor of `module` (built on the meta device): biases 0, 1-D weights (norm scales)
+    1, the rest normal with std 0.02, in bfloat16."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, meta in module.state_dict().items():
+        if name.endswith("bias"):
+            value = torch.zeros(meta.shape)
+        elif meta.dim() == 1:
+            value = torch.ones(meta.shape)
+        else:
+            value = torch.randn(meta.shape, generator=generator) * 0.02
+        out[name] = value.to(torch.bfloat16).contiguous()
+    return out
+
+
+def make_dit_checkpoints(comfy: Path) -> list[Path]:
+    """Write the DiT checkpoints into `comfy`'s models/diffusion_models and copy the conditioning node."""
+    import importlib
+
+    from safetensors.torch import save_file
+
+    sys.path.insert(0, str(comfy))
+    try:
+        # ComfyUI's device setup runs on import; CPU, as `main.py --cpu` (its options default to no CLI parsing).
+        importlib.import_module("comfy.cli_args").args.cpu = True
+        ops = importlib.import_module("comfy.ops").disable_weight_init
+        made = []
+        for seed, (file, (module_name, class_name, kwargs)) in enumerate(sorted(DIT_CHECKPOINTS.items())):
+            cls = getattr(importlib.import_module(module_name), class_name)
+            module = cls(device="meta", operations=ops, **kwargs)
+            target = comfy / "models" / "diffusion_models" / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            save_file(random_state_dict(module, seed), str(target))
+            made.append(target)
+    finally:
+        sys.path.remove(str(comfy))
+    node = comfy / "custom_nodes" / "tome_live_conditioning"
+    shutil.rmtree(node, ignore_errors=True)
+    shutil.copytree(Path(__file__).with_name("comfy_live_node"), node, ignore=shutil.ignore_patterns("__pycache__"))
+    return [*made, node]
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "dit":
+        for path in make_dit_checkpoints(Path(argv[1])):
+            print(f"wrote {path}")
+        return 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,11 +1,10 @@
-"""The benchmark package (`python -m tome_bench`) and its architectures: a fast in-process run on a tiny UNet,
-option parsing derived from the field table, the default/full/quick matrices, the clocks, the SD1.5/SDXL configs
-and checkpoint loading."""
+"""The lab's per-call jobs (`python -m tome_bench compare`, the main job's runner) and what they share: a fast
+in-process run on a tiny UNet, option parsing derived from the field table, the defaults and --quick, the clocks,
+each job from its own entry, the SD1.5/SDXL configs and checkpoint loading."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -16,12 +15,11 @@ import torch
 
 import tome_bench
 import tome_core
-from tome_bench import archs, cli, run, timing
+from tome_bench import archs, compare, options, run, timing
 from tome_core import TomeConfig, field_specs
 
 ROOT = Path(__file__).parents[1]
-#: Where the documented commands live (the README keeps a summary).
-BENCH_DOC = ROOT / "docs" / "benchmarks.md"
+TINY = ["compare", "--arch", "tiny", "--threads", "1"]
 
 
 @pytest.fixture(autouse=True)
@@ -33,32 +31,37 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_call_mode_on_a_tiny_unet_writes_md_json_png_and_leaves_the_rng_alone(
+def _data(out: Path) -> dict:
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_compare_on_a_tiny_unet_writes_md_json_png_and_leaves_the_rng_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "bench-out"
     rng_before = torch.get_rng_state()
-    # the CPU default's warm-up (none: one untimed baseline call), two timed runs
-    argv = ["--arch", "tiny", "--sizes", "64", "--ratios", "0.5", "--repeats", "2", "--threads", "1"]
-    code = tome_bench.main([*argv, "--out", str(out), "--set", "use_rand=false"])
-    assert code == 0
+    # the default warm-up (none: one untimed baseline call), two timed runs
+    argv = [*TINY, "--sizes", "64", "--ratios", "0.5", "--repeats", "2"]
+    assert tome_bench.main([*argv, "--out", str(out), "--set", "use_rand=false"]) == 0
     assert torch.equal(torch.get_rng_state(), rng_before), "the benchmark must leave the global RNG alone"
 
     printed = capsys.readouterr().out
     assert "| arch | size | variant | ratio | median s | speed-up |" in printed
-    assert "PASS: tiny 64px: baseline output bitwise identical in 1 later timed run(s) after 2 patch/unpatch" in printed
+    assert (
+        "PASS: tiny 64px: the baseline's output bitwise identical in 1 later timed run(s) after 2 apply/remove"
+        in printed
+    )
     for name in ("bench.md", "bench.png", "bench.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "bench.md").read_text()
-    assert "python -m tome_bench --arch tiny" in md and "torch threads: 1" in md
-    assert (
-        "- clock: wall, wall time (time.perf_counter after synchronising the device" in md
-        and "median wall time of one UNet call" in md
-    )
+    assert "python -m tome_bench compare --arch tiny" in md and "torch threads: 1" in md
+    assert "- clock: wall, wall time (time.perf_counter after synchronising the device" in md
+    assert "median wall time of one UNet call" in md
     assert "use_rand=False" in md and "2 timed runs per variant after one untimed baseline call" in md
+    assert "## Merge overhead per block" in md
 
-    data = json.loads((out / "bench.json").read_text())
+    data = _data(out)
     rows = {(r["variant"], r["ratio"]): r for r in data["rows"]}
     assert rows[("baseline", None)]["deviation"] == 0.0
     assert rows[("baseline", None)]["speedup"] == 1.0
@@ -70,31 +73,26 @@ def test_call_mode_on_a_tiny_unet_writes_md_json_png_and_leaves_the_rng_alone(
         assert row["deviation"] > 0.0, key
         assert row["median_s"] > 0.0 and len(row["times_s"]) == 2
     assert all(c["ok"] for c in data["checks"])
-    assert data["ours_config"]["use_rand"] is False
+    assert data["ours_config"]["use_rand"] is False and data["merge_overhead"]
     assert data["clock"] == "wall" and data["mode"] == "call"
 
 
 def test_variants_subset_always_runs_baseline(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    code = tome_bench.main(
-        ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
-    )
-    assert code == 0
-    variants = [r["variant"] for r in json.loads((out / "bench.json").read_text())["rows"]]
-    assert variants == ["baseline", "ours"]
+    assert tome_bench.main([*TINY, "--quick", "--sizes", "32", "--variants", "ours", "--out", str(out)]) == 0
+    assert [r["variant"] for r in _data(out)["rows"]] == ["baseline", "ours"]
 
 
 def test_single_baseline_run_claims_no_bitwise_check(tmp_path: Path) -> None:
     """--warmup 0 --repeats 1 runs the baseline once after the priming call: nothing to compare, nothing claimed."""
     out = tmp_path / "o"
-    argv = ["--arch", "tiny", "--sizes", "32", "--repeats", "1", "--warmup", "0", "--variants", "ours"]
-    assert tome_bench.main([*argv, "--threads", "1", "--out", str(out)]) == 0
-    checks = [c["text"] for c in json.loads((out / "bench.json").read_text())["checks"]]
-    assert checks == ["tiny 32px: no hook or class left behind by any removal"]
+    argv = [*TINY, "--sizes", "32", "--repeats", "1", "--warmup", "0", "--variants", "ours"]
+    assert tome_bench.main([*argv, "--out", str(out)]) == 0
+    assert [c["text"] for c in _data(out)["checks"]] == ["tiny 32px: no hook or class left behind by any removal"]
 
 
 def test_set_parses_by_field_kind() -> None:
-    values = cli.parse_sets(
+    values = options.parse_sets(
         ["mode=kv", "max_downsample=2", "matching=global", "seed=none", "use_rand=off", "sx=4", "step_end=0.8"]
     )
     assert values == {
@@ -106,12 +104,12 @@ def test_set_parses_by_field_kind() -> None:
         "sx": 4,
         "step_end": 0.8,
     }
-    assert cli.parse_sets(["max_downsample=auto"]) == {"max_downsample": "auto"}
+    assert options.parse_sets(["max_downsample=auto"]) == {"max_downsample": "auto"}
     # every field but ratio can be set with its default's text
     for spec in field_specs():
         if spec.name != "ratio":
             text = "none" if spec.default is None else str(spec.default)
-            assert cli.parse_sets([f"{spec.name}={text}"]) == {spec.name: spec.default}
+            assert options.parse_sets([f"{spec.name}={text}"]) == {spec.name: spec.default}
 
 
 @pytest.mark.parametrize(
@@ -130,10 +128,10 @@ def test_set_parses_by_field_kind() -> None:
 )
 def test_set_errors_name_field_and_allowed_values(item: str, words: list[str]) -> None:
     if not words:
-        cli.parse_sets([item])
+        options.parse_sets([item])
         return
     with pytest.raises(ValueError) as info:
-        cli.parse_sets([item])
+        options.parse_sets([item])
     for word in words:
         assert word in str(info.value)
 
@@ -148,84 +146,94 @@ def test_bad_options_exit_with_usage_error(capsys: pytest.CaptureFixture[str]) -
         (["--set", "step_start=0.9", "--set", "step_end=0.5"], "step_start"),
     ]:
         with pytest.raises(SystemExit) as info:
-            cli.parse_options(argv)
+            compare.parse_options(argv)
         assert info.value.code == 2
         assert word in capsys.readouterr().err
 
 
-def _matrix(opts: cli.Options) -> tuple[list[tuple[int, int]], list[float], int, int]:
+def _defaults(opts: options.Options) -> tuple[list[tuple[int, int]], list[float], int, int]:
     return opts.sizes, opts.ratios, opts.repeats, opts.warmup
 
 
-def test_compare_full_and_quick_matrices() -> None:
+def test_compare_and_quick_defaults() -> None:
     both = [(512, 512), (1024, 1024)]
-    # --compare (the CPU default before the main job): baseline, ours and tomesd at 512 and 1024 px, ratio 0.5, 3
-    # timed runs, no warm-up round
-    compare = cli.parse_options(["--compare"])
-    assert _matrix(compare) == (both, [0.5], 3, 0)
-    assert compare.device.type == "cpu" and compare.dtype == torch.float32
-    assert compare.arches == [archs.ARCHS["sd15"]] and compare.variants == ["baseline", "ours", "tomesd"]
-    assert _matrix(cli.parse_options(["--full"])) == (both, [0.3, 0.5, 0.7], 3, 1)
-    assert _matrix(cli.parse_options(["--quick"])) == ([(256, 256)], [0.5], 1, 1)
-    # explicit options override the matrix, piece by piece
-    assert _matrix(cli.parse_options(["--full", "--ratios", "0.5"])) == (both, [0.5], 3, 1)
-    argv = ["--repeats", "2", "--sizes", "768x512", "--warmup", "2", "--compare"]
-    assert _matrix(cli.parse_options(argv)) == ([(512, 768)], [0.5], 2, 2)
+    # compare: baseline, ours and tomesd at 512 and 1024 px, ratio 0.5, 3 timed runs, no warm-up round
+    opts = compare.parse_options([])
+    assert _defaults(opts) == (both, [0.5], 3, 0) and opts.job == "compare" and not opts.main_job
+    assert opts.device.type == "cpu" and opts.dtype == torch.float32 and opts.latents == ["noise"]
+    assert opts.arches == [archs.ARCHS["sd15"]] and opts.variants == ["baseline", "ours", "tomesd"]
+    assert opts.presets == [] and opts.out == Path("bench-out")
+    assert _defaults(compare.parse_options(["--quick"])) == ([(256, 256)], [0.5], 1, 1)
+    # explicit options override the defaults, piece by piece (the former --full: three ratios, a warm-up round)
+    assert _defaults(compare.parse_options(["--ratios", "0.3,0.5,0.7", "--warmup", "1"])) == (
+        both,
+        [0.3, 0.5, 0.7],
+        3,
+        1,
+    )
+    argv = ["--repeats", "2", "--sizes", "768x512", "--warmup", "2"]
+    assert _defaults(compare.parse_options(argv)) == ([(512, 768)], [0.5], 2, 2)
+    assert compare.parse_options(["--presets", "all"]).presets == options.preset_names()
 
 
-def test_compiled_runs_warm_up_until_cuda_graphs_replay() -> None:
-    # The first call of a compiled variant compiles it; under CUDA graphs (inductor's cudagraph trees) the first
-    # call runs the graph once and the second records it: both stay untimed, or a recording is timed as a call.
-    def warmup(*argv: str) -> int:
-        return cli.parse_options(["--warmup", "0", *argv]).warmup
-
-    assert warmup() == 0
-    assert warmup("--compile") == 1
-    assert warmup("--compile", "max-autotune-no-cudagraphs") == 1
-    assert warmup("--compile", "reduce-overhead") == 2
-    assert warmup("--compile", "max-autotune") == 2
-
-
-def test_full_and_quick_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        cli.parse_options(["--full", "--quick"])
-    assert info.value.code == 2 and "not allowed with" in capsys.readouterr().err
-
-
-def test_cuda_defaults_to_the_full_matrix_and_takes_the_gpu_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented GPU commands (--help, docs/benchmarks.md): SD1.5 and SDXL at 1024 and 2048 px, ours in merge
-    and kv mode and at every preset, and tomesd; then whole generations of every preset and peer. Option parsing
-    only (no GPU here): torch.cuda.is_available is faked."""
-    assert cli.GPU_COMMAND in BENCH_DOC.read_text() and cli.GPU_GEN_COMMAND in BENCH_DOC.read_text()
+def test_cuda_runs_in_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Option parsing only (no GPU here): torch.cuda.is_available is faked."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    prog, argv = shlex.split(cli.GPU_COMMAND)[:3], shlex.split(cli.GPU_COMMAND)[3:]
-    assert prog == ["python", "-m", "tome_bench"]
-    opts = cli.parse_options(argv)
-    assert [a.name for a in opts.arches] == ["sd15", "sdxl"]
-    assert opts.sizes == [(1024, 1024), (2048, 2048)] and opts.dtype == torch.float16
-    assert (opts.ratios, opts.repeats, opts.warmup) == ([0.3, 0.5, 0.7], 3, 1)
-    assert opts.variants == ["baseline", "ours", "tomesd"]
-    assert opts.ours_fields == {} and opts.extra_ours == [("ours:kv", {"mode": "kv"})]
-    assert opts.presets == [p.name for p in tome_core.presets()]
-    gen = cli.parse_options(shlex.split(cli.GPU_GEN_COMMAND)[3:])
-    assert (gen.steps, gen.dtype, gen.sizes) == (20, torch.float16, [(1024, 1024), (2048, 2048)])
-    assert gen.presets == opts.presets and [a.name for a in gen.arches] == ["sd15", "sdxl"]
-    assert cli.parse_options(["--device", "cuda"]).dtype == torch.float16
-    assert _matrix(cli.parse_options(["--device", "cuda", "--quick"])) == ([(256, 256)], [0.5], 1, 1)
+    opts = compare.parse_options(
+        ["--device", "cuda", "--arch", "sd15,sdxl", "--sizes", "1024,2048", "--presets", "all"]
+    )
+    assert opts.dtype == torch.float16 and opts.sizes == [(1024, 1024), (2048, 2048)]
+    assert [a.name for a in opts.arches] == ["sd15", "sdxl"] and opts.presets == options.preset_names()
+    assert _defaults(compare.parse_options(["--device", "cuda", "--quick"])) == ([(256, 256)], [0.5], 1, 1)
 
 
-def test_help_documents_the_matrices(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("job", list(tome_bench.JOBS))
+def test_each_job_runs_from_its_own_entry_with_its_own_few_options(
+    job: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m tome_bench JOB --help`: every job parses its own options, a few, not one parser's 54."""
     with pytest.raises(SystemExit) as info:
-        cli.parse_options(["--help"])
+        tome_bench.main([job, "--help"])
     assert info.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
-    assert "it runs the main job (make bench): SD1.5 and SDXL" in text
-    assert "On cpu: SD1.5 at 512 px and SDXL at 640 px, 4 timed runs of every variant, about 20 minutes" in text
-    assert "cpu matrix (--compare) sizes 512,1024 px, ratio 0.5, 3 timed runs after one untimed baseline call" in text
-    assert "--full the full matrix: sizes 512,1024 px, ratios 0.3,0.5,0.7, 3 timed runs after 1 warm-up round" in text
-    assert "--repeats REPEATS timed runs per variant (default 4 (cuda: 20) in the main job; with an option" in text
-    assert "--gpu-estimate print only the GPU estimate" in text
-    assert cli.GPU_COMMAND in text and cli.GPU_GEN_COMMAND in text
+    text = capsys.readouterr().out
+    assert f"python -m tome_bench {'[main]' if job == 'main' else job}" in text
+    assert 1 <= text.count("\n  --") <= 26, job
+
+
+def test_the_fidelity_job_runs_from_its_own_entry(tmp_path: Path) -> None:
+    """`python -m tome_bench fidelity` on the tiny UNet: the references and the presets on the random UNet and the
+    stand-in, one call from a natural start, into fidelity.md and fidelity.json."""
+    argv = ["fidelity", "--arch", "tiny", "--sizes", "64", "--models", "random,stand-in", "--latents", "natural"]
+    assert tome_bench.main([*argv, "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "fidelity.json").read_text())
+    labels = ["tomesd's default", "ToDo's default", *(p.label for p in tome_core.presets())]
+    assert [r["variant"] for r in rows if r["model"] == "stand-in"] == labels and all(r["change"] > 0 for r in rows)
+    assert "| variant | random, natural, 1 call | stand-in, natural, 1 call |" in (tmp_path / "fidelity.md").read_text()
+
+
+def test_the_old_spellings_reach_the_same_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    seen: list[tuple[str, list[str]]] = []
+    for name, module in tome_bench.JOBS.items():
+        imported = importlib.import_module(f"tome_bench.{module}")
+        monkeypatch.setattr(imported, "main", lambda argv, name=name: seen.append((name, list(argv))) or 0)
+    for argv, job, rest in [
+        ([], "main", []),
+        (["--arch", "sd15"], "main", ["--arch", "sd15"]),
+        (["--gpu-estimate", "--arch", "sd15"], "estimate", ["--arch", "sd15"]),
+        (["--gpu-job", "--out", "x"], "gpu-job", ["--out", "x"]),
+        (["--fidelity"], "fidelity", []),
+        (["--checkpoint", "f", "--images"], "images", ["--checkpoint", "f"]),
+        (["--steps", "10", "--peers", "all"], "peers", ["--steps", "10", "--peers", "all"]),
+        (["--compare"], "compare", []),
+        (["--quick", "--arch", "tiny"], "compare", ["--quick", "--arch", "tiny"]),
+        (["--ours", "kv:mode=kv"], "compare", ["--ours", "kv:mode=kv"]),
+        (["calibrate", "x.json"], "calibrate", ["x.json"]),
+    ]:
+        seen.clear()
+        assert tome_bench.main(argv) == 0
+        assert seen == [(job, rest)], argv
 
 
 def _modules_after(statement: str) -> list[str]:
@@ -257,13 +265,13 @@ def test_ops_and_archs_load_neither_the_command_line_nor_reports_nor_peers() -> 
 
 def test_python_m_tome_bench_runs_in_a_fresh_interpreter_and_records_its_command(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    argv = ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--out", str(out)]
+    argv = [*TINY, "--quick", "--sizes", "32", "--variants", "ours", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, "-m", "tome_bench", *argv], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr
-    assert "PASS: tiny 32px: baseline output bitwise identical" in proc.stdout
-    assert json.loads((out / "bench.json").read_text())["command"][:3] == ["python", "-m", "tome_bench"]
+    assert "PASS: tiny 32px: the baseline's output bitwise identical" in proc.stdout
+    assert _data(out)["command"][:4] == ["python", "-m", "tome_bench", "compare"]
 
 
 def _count(unet: torch.nn.Module) -> tuple[int, int]:
@@ -346,7 +354,7 @@ def test_load_checkpoint_errors_name_the_problem(tmp_path: Path) -> None:
 
 
 def test_tome_config_fields_reach_ours() -> None:
-    opts = cli.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
+    opts = compare.parse_options(["--arch", "tiny", "--set", "mode=kv", "--set", "sx=4", "--variants", "ours"])
     unet = archs.build_unet("tiny")
     variants = run.make_variants(opts, unet, None)
     ours = [v for v in variants if v.kind == "ours"]
@@ -362,8 +370,8 @@ def test_tome_config_fields_reach_ours() -> None:
 def test_missing_tomesd_is_skipped_with_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run, "load_tomesd", lambda: (None, "tomesd is not installed (test)"))
     out = tmp_path / "o"
-    assert tome_bench.main(["--arch", "tiny", "--quick", "--sizes", "32", "--threads", "1", "--out", str(out)]) == 0
-    data = json.loads((out / "bench.json").read_text())
+    assert tome_bench.main([*TINY, "--quick", "--sizes", "32", "--out", str(out)]) == 0
+    data = _data(out)
     assert [r["variant"] for r in data["rows"]] == ["baseline", "ours"]
     assert "tomesd is not installed (test)" in data["notes"]
     assert "- tomesd is not installed (test)" in (out / "bench.md").read_text()
@@ -373,8 +381,9 @@ def test_sdxl_like_arch_ours_merges_where_tomesds_default_merges_nothing(tmp_pat
     """An SDXL-like UNet has no attention at full resolution: ours ('auto') merges at level 2, while tomesd's
     default max_downsample=1 merges nothing, which the report points out."""
     out = tmp_path / "o"
-    assert tome_bench.main(["--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)]) == 0
-    data = json.loads((out / "bench.json").read_text())
+    argv = ["compare", "--arch", "tiny-xl", "--quick", "--sizes", "64", "--threads", "1", "--out", str(out)]
+    assert tome_bench.main(argv) == 0
+    data = _data(out)
     rows = {r["variant"]: r for r in data["rows"]}
     assert rows["ours"]["deviation"] > 0.0
     if "tomesd" in rows:
@@ -400,9 +409,9 @@ def test_cpu_clock_leaves_out_time_spent_waiting() -> None:
 
 def test_clock_cpu_is_recorded_in_json_and_report(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    argv = ["--arch", "tiny", "--quick", "--sizes", "32", "--variants", "ours", "--threads", "1", "--clock", "cpu"]
+    argv = [*TINY, "--quick", "--sizes", "32", "--variants", "ours", "--clock", "cpu"]
     assert tome_bench.main([*argv, "--out", str(out)]) == 0
-    data = json.loads((out / "bench.json").read_text())
+    data = _data(out)
     assert data["clock"] == "cpu" and all(r["median_s"] > 0 for r in data["rows"])
     md = (out / "bench.md").read_text()
     assert "- clock: cpu, CPU time of the process, all threads (time.process_time)" in md
@@ -413,14 +422,14 @@ def test_clock_cpu_is_recorded_in_json_and_report(tmp_path: Path) -> None:
 def test_clock_option_default_choices_and_cuda(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.parse_options([]).clock == "wall" and cli.parse_options(["--clock", "cpu"]).clock == "cpu"
+    assert compare.parse_options([]).clock == "wall" and compare.parse_options(["--clock", "cpu"]).clock == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for argv, words in (
         (["--clock", "gpu"], "invalid choice"),
         (["--device", "cuda", "--clock", "cpu"], "--clock wall"),
     ):
         with pytest.raises(SystemExit) as info:
-            cli.parse_options(argv)
+            compare.parse_options(argv)
         assert info.value.code == 2 and words in capsys.readouterr().err
 
 
@@ -438,99 +447,3 @@ def test_transformer_blocks_give_the_benchmark_each_blocks_level_and_width(arch:
         counts[level] = counts.get(level, 0) + 1
     assert counts == tome_core.blocks_per_level(unet)
     assert blocks[0][1] == first_level and blocks[0][0].norm1.normalized_shape[0] == 320 * first_level
-
-
-@pytest.mark.parametrize("steps", [None, 2])
-def test_compile_runs_a_compiled_twin_of_each_variant_once_per_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int | None
-) -> None:
-    from tome_bench import compiled
-
-    monkeypatch.setattr(compiled, "BACKEND", "eager")  # the graphs dynamo captures, without inductor's code generation
-    torch._dynamo.reset()
-    out = tmp_path / "bench-out"
-    argv = ["--arch", "tiny", "--sizes", "64", "--presets", "balanced", "--variants", "baseline", "--repeats", "2"]
-    argv += ["--compile", "--out", str(out), *(["--steps", str(steps), "--latents", "noise"] if steps else [])]
-    tome_bench.main(argv)
-    torch._dynamo.reset()
-    data = json.loads((out / ("gen.json" if steps else "bench.json")).read_text())
-    rows = {r["variant"]: r for r in data["rows"]}
-    assert set(rows) == {"baseline", "ours:preset=balanced", "baseline+compile", "ours:preset=balanced+compile"}
-    for name in ("baseline+compile", "ours:preset=balanced+compile"):
-        row = rows[name]
-        assert row["compiled"] and row["error"] is None
-        assert (row["graphs"], row["recompiles"]) == (1, 0)  # traced once in the warm-up, never again
-        assert row["compile_s"] is not None and row["speedup_vs_eager"] is not None
-    merged = rows["ours:preset=balanced+compile"]
-    assert merged["deviation"] > 0  # merged, compiled: not the compiled baseline's output
-    assert merged["deviation"] == pytest.approx(rows["ours:preset=balanced"]["deviation"], rel=1e-3)
-    texts = [c["text"] for c in data["checks"]]
-    assert not [c["text"] for c in data["checks"] if not c["ok"] and "left" in c["text"]]  # twins leave nothing
-    assert any("ours:preset=balanced compiled: 1 graph(s) in the warm-up, 0 in the timed runs" in t for t in texts)
-    assert any("over the compiled baseline" in t and "eager over eager" in t for t in texts)
-    md = (out / ("gen.md" if steps else "bench.md")).read_text()
-    assert "### With torch.compile (mode default, inductor, fullgraph=True)" in md
-    assert "| compiled speed-up |" in md
-
-
-def test_cudagraph_skips_are_counted_per_variant_and_shown_for_cuda_graph_modes() -> None:
-    """A graph inductor runs without CUDA graphs (it only logs "skipping cudagraphs due to ...") is counted on the
-    variant that ran it, and the compiled table shows the count for the modes that use CUDA graphs."""
-    from types import SimpleNamespace
-
-    from torch._dynamo.utils import counters
-
-    from tome_bench import compiled
-    from tome_bench.options import Row
-
-    v = SimpleNamespace(graphs=0, recompiles=0, cudagraph_skips=0)
-    with compiled.counting(v, warm=True):
-        counters["inductor"]["cudagraph_skips"] += 2
-    with compiled.counting(v, warm=False):
-        pass
-    assert v.cudagraph_skips == 2
-    fields = dict(median_s=0.1, speedup=1.0, peak_mem_mib=None, deviation=0.0, times_s=[0.1])
-    rows = [
-        Row("sd15", "64", "baseline", None, **fields),
-        Row("sd15", "64", "baseline+compile", None, **fields, compiled=True, graphs=1, recompiles=0, cudagraph_skips=2),
-    ]
-    assert "| cudagraph skips |" in compiled.format_table(rows, "reduce-overhead")
-    assert compiled.format_table(rows, "reduce-overhead").splitlines()[-1].endswith("| 0 | 2 |")
-    assert "cudagraph skips" not in compiled.format_table(rows, "default")
-
-
-def test_timing_lock_lets_one_process_time_at_a_time(tmp_path: Path) -> None:
-    """--lock: while one process holds the lock another cannot take it; it is free again once released."""
-    path = tmp_path / "lock"
-    probe = (
-        "import fcntl, sys; f = open(sys.argv[1], 'a')\n"
-        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)\n"
-    )
-
-    def other_can_take() -> bool:
-        return subprocess.run([sys.executable, "-c", probe, str(path)], check=False).returncode == 0
-
-    with timing.TimingLock(path) as lock:
-        lock.hold()
-        lock.hold()  # held already: no second lock, no deadlock
-        assert not other_can_take()
-    assert other_can_take()
-    with timing.TimingLock(None) as lock:  # no --lock: nothing to take
-        lock.hold()
-
-
-def test_timing_lock_after_waits_for_the_other_warm_ups(tmp_path: Path) -> None:
-    """--lock-after N: a process times only once N processes sharing the lock have warmed up, or after its wait."""
-    path = tmp_path / "lock"
-    alone = timing.TimingLock(path, after=2, after_s=0.3)
-    started = time.perf_counter()
-    alone.hold()
-    alone.release()
-    assert time.perf_counter() - started >= 0.3  # the other never warmed up: waited the whole time
-    (tmp_path / "lock.warm.1").touch()  # another process has warmed up
-    paired = timing.TimingLock(path, after=2, after_s=30.0)
-    started = time.perf_counter()
-    paired.hold()
-    paired.release()
-    assert time.perf_counter() - started < 5.0
-    assert cli.parse_options(["--lock", str(path), "--lock-after", "3"]).lock_after == 3

@@ -1,6 +1,6 @@
-"""The benchmark's whole-generation mode (`--steps N`, `--strength S`), its peers, the natural start latent, the
-timing-spread warning, the plot and the package's import structure; on the tiny random-weight UNets, 2-4 steps at
-64 px, one thread."""
+"""The lab's whole-generation job (`python -m tome_bench peers --steps N`, `--strength S`), its peers, the natural
+start latent, the timing-spread warning, the plot and the package's import structure and module sizes; on the tiny
+random-weight UNets, 2-4 steps at 64 px, one thread."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 
 import tome_bench
 import tome_core
-from tome_bench import archs, cli, generate, peers, report, run
+from tome_bench import archs, compare, generate, peers, report, run
 from tome_bench.options import Row, spread, spread_warning
 
 ROOT = Path(__file__).parents[1]
@@ -36,7 +36,7 @@ def one_thread():
 
 def _generate(tmp_path: Path, *argv: str) -> dict[str, Any]:
     out = tmp_path / "out"
-    code = tome_bench.main([*TINY, "--steps", "2", *argv, "--out", str(out)])
+    code = tome_bench.main(["peers", *TINY, "--steps", "2", *argv, "--out", str(out)])
     data = json.loads((out / "gen.json").read_text())
     assert code == 0, [c for c in data["checks"] if not c["ok"]]
     return data
@@ -70,7 +70,7 @@ def test_generate_tiny_writes_rows_for_both_latents_md_json_png(
     assert ours["deviation"] == ours["deviations"]["noise"]
     assert ours["psnr_db"]["noise"] > 0 and ours["ratio"] == 0.5
     texts = [c["text"] for c in data["checks"]]
-    assert any("final latent bitwise identical in 1 later timed generation(s) after 1 apply/remove" in t for t in texts)
+    assert any("output bitwise identical in 1 later timed run(s) after 1 apply/remove" in t for t in texts)
     assert any("left no hook, class or attribute behind" in t for t in texts)
     out = tmp_path / "out"
     assert (out / "gen.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -84,7 +84,7 @@ def test_generate_tiny_writes_rows_for_both_latents_md_json_png(
 def test_generate_sdxl_like_records_dpm_guidance_and_its_one_latent(tmp_path: Path) -> None:
     """SDXL's pipeline: pooled embeddings and time ids through its own arguments; DPM++ 2M; --latents natural."""
     out = tmp_path / "out"
-    argv = ["--arch", "tiny-xl", "--sizes", "64", "--threads", "1", "--steps", "3", "--scheduler", "dpm++2m"]
+    argv = ["peers", "--arch", "tiny-xl", "--sizes", "64", "--threads", "1", "--steps", "3", "--scheduler", "dpm++2m"]
     argv += ["--latents", "natural", "--variants", "ours", "--quick", "--guidance", "5", "--out", str(out)]
     assert tome_bench.main(argv) == 0
     data = json.loads((out / "gen.json").read_text())
@@ -137,7 +137,7 @@ def test_natural_latent_has_a_natural_spectrum() -> None:
 
 def test_per_call_mode_reports_both_latents_and_spread(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    argv = [*TINY, "--repeats", "2", "--variants", "ours", "--latents", "noise,natural", "--out", str(out)]
+    argv = ["compare", *TINY, "--repeats", "2", "--variants", "ours", "--latents", "noise,natural", "--out", str(out)]
     assert tome_bench.main(argv) == 0
     data = json.loads((out / "bench.json").read_text())
     rows = _rows(data)
@@ -205,8 +205,7 @@ def _require(package: str) -> None:
     ],
 )
 def test_installed_peer_runs_at_default_and_faster_setting(tmp_path: Path, peer: str, variants: list[str]) -> None:
-    for package in peers.NEEDS[peer]:
-        _require(package)
+    _require(peers.NEEDS[peer])
     data = _generate(tmp_path, "--steps", "3", "--repeats", "2", "--latents", "natural", "--peers", peer)
     rows = _rows(data)
     assert [v for v in rows if v not in ("baseline", "ours", "tomesd")] == [v for v in variants if v != "tomesd"]
@@ -283,8 +282,6 @@ def test_snapshot_puts_back_what_a_patch_left() -> None:
 @pytest.mark.parametrize(
     ("argv", "word"),
     [
-        (["--peers", "deepcache"], "--peers needs --steps"),
-        (["--scheduler", "euler"], "--scheduler needs --steps"),
         (["--steps", "2", "--peers", "deepcache,magic"], "'magic'"),
         (["--steps", "0"], "--steps must be at least 1"),
         (["--latents", "pink"], "'pink'"),
@@ -293,26 +290,27 @@ def test_snapshot_puts_back_what_a_patch_left() -> None:
 )
 def test_bad_generation_options(argv: list[str], word: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        cli.parse_options(argv)
+        peers.parse_options(argv)
     assert info.value.code == 2 and word in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the per-call jobs time one call: no sampler, no peers
+        compare.parse_options(["--peers", "deepcache"])
 
 
 def test_generation_defaults_and_documented_commands() -> None:
-    opts = cli.parse_options(["--steps", "10"])
+    opts = peers.parse_options(["--steps", "10"])
     assert (opts.mode, opts.steps, opts.scheduler, opts.guidance) == ("generate", 10, "euler", 7.0)
     assert (opts.sizes, opts.ratios, opts.repeats, opts.warmup) == ([(512, 512)], [0.5], 3, 0)
-    assert opts.latents == ["noise", "natural"] and opts.peers == []
-    compare = cli.parse_options(["--compare"])
-    assert compare.mode == "call" and compare.latents == ["noise"] and compare.steps is None
-    assert cli.parse_options([]).latents == ["noise", "natural"]  # the main job: natural first, untimed
-    assert cli.parse_options(["--steps", "2", "--peers", "all"]).peers == list(peers.PEER_NAMES)
+    assert opts.latents == ["noise", "natural"] and opts.peers == [] and opts.out == Path("bench-out/gen")
+    assert peers.parse_options([]).steps == 10
+    assert peers.parse_options(["--steps", "2", "--peers", "all"]).peers == list(peers.PEER_NAMES)
     doc, makefile = (ROOT / "docs" / "benchmarks.md").read_text(), (ROOT / "Makefile").read_text()
     assert "make peers" in doc and "make bench-gen" in doc
-    for command in cli.GEN_COMMANDS:
+    for command in peers.GEN_COMMANDS:
         assert command in doc
         assert command.replace("python ", "$(PY) ", 1) in makefile
         words = shlex.split(command)
-        opts = cli.parse_options(words[3:])
+        assert words[3] == "peers"
+        opts = peers.parse_options(words[4:])
         assert opts.steps in (4, 10) and opts.peers == list(peers.PEER_NAMES) and opts.scheduler == "euler"
     assert "-r requirements-peers.txt" in makefile and "--no-deps" in makefile
     pinned = [
@@ -326,9 +324,9 @@ def test_generation_defaults_and_documented_commands() -> None:
 
 def test_presets_run_as_variants_in_both_modes(tmp_path: Path) -> None:
     names = [p.name for p in tome_core.presets()]
-    assert cli.parse_options(["--presets", "all"]).presets == names
+    assert peers.parse_options(["--presets", "all"]).presets == names
     out = tmp_path / "call"
-    argv = [*TINY, "--quick", "--variants", "baseline", "--presets", "all", "--out", str(out)]
+    argv = ["compare", *TINY, "--quick", "--variants", "baseline", "--presets", "all", "--out", str(out)]
     assert tome_bench.main(argv) == 0
     call_rows = json.loads((out / "bench.json").read_text())["rows"]
     assert [r["variant"] for r in call_rows] == ["baseline"] + [f"ours:preset={n}" for n in names]
@@ -358,11 +356,9 @@ def _bench_imports(path: Path) -> set[str]:
 def test_bench_package_has_no_import_cycle() -> None:
     modules = {p.stem: p for p in BENCH.glob("*.py") if p.stem not in ("__init__", "__main__")}
     graph = {name: _bench_imports(path) & set(modules) for name, path in modules.items()}
-    # Options is defined once, in options.py, which imports no other benchmark module but archs
+    # Options is defined once, in options.py, which imports no other module of the lab but archs
     defining = [n for n, p in modules.items() if "class Options" in p.read_text()]
     assert defining == ["options"] and graph["options"] <= {"archs"}
-    for name in ("run", "report", "generate"):
-        assert "cli" not in graph[name], f"{name} imports cli"
     assert "report" not in graph["run"] and "generate" not in graph["report"]
     assert graph["timing"] == set() and graph["ops"] == set() and graph["archs"] == set()
 
@@ -375,14 +371,19 @@ def test_bench_package_has_no_import_cycle() -> None:
         visit(name, ())
 
 
-@pytest.mark.parametrize(
-    "module", ["options", "run", "report", "cli", "generate", "images", "peers", "timing", "ops", "archs"]
-)
-def test_each_bench_module_imports_alone(module: str) -> None:
-    """In a fresh interpreter, importing any one module first works (no partially initialised module)."""
-    code = f"import tome_bench.{module}"
+def test_each_bench_module_imports_alone() -> None:
+    """In a fresh interpreter, importing any one module of the lab first works (no partially initialised module):
+    each imported with no module of the lab loaded yet (torch and the libraries stay: they are not the lab's)."""
+    modules = sorted(p.stem for p in BENCH.glob("*.py") if p.stem != "__main__")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] == 'tome_bench']:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(f'tome_bench.{name}')\n"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120, cwd=ROOT
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -521,7 +522,7 @@ def test_generate_with_strength_records_it_in_json_and_title(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--strength", "0.5"], "--strength needs --steps"),
+        (["--steps", "1", "--strength", "0.5"], "= 0 steps"),
         (["--steps", "4", "--strength", "0"], "(0, 1]"),
         (["--steps", "4", "--strength", "1.5"], "(0, 1]"),
         (["--steps", "4", "--strength", "0.2"], "= 0 steps"),
@@ -529,15 +530,15 @@ def test_generate_with_strength_records_it_in_json_and_title(tmp_path: Path) -> 
 )
 def test_bad_strength_is_a_usage_error(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        cli.parse_options(argv)
+        peers.parse_options(argv)
     assert info.value.code == 2 and words in capsys.readouterr().err
 
 
 def test_strength_defaults_to_one_and_counts_steps_like_img2img() -> None:
-    assert cli.parse_options(["--steps", "10"]).strength == 1.0
-    opts = cli.parse_options(["--steps", "10", "--strength", "0.55"])
+    assert peers.parse_options(["--steps", "10"]).strength == 1.0
+    opts = peers.parse_options(["--steps", "10", "--strength", "0.55"])
     assert (opts.strength, opts.steps_run) == (0.55, 5)
-    assert cli.parse_options([]).steps_run is None
+    assert compare.parse_options([]).steps_run is None
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -583,26 +584,7 @@ def test_plot_option_writes_a_png_where_asked(tmp_path: Path) -> None:
     plot = tmp_path / "elsewhere" / "speed.png"
     plot.parent.mkdir()
     out = tmp_path / "out"
-    argv = [*TINY, "--quick", "--variants", "ours", "--presets", "fast", "--latents", "noise,natural"]
+    argv = ["compare", *TINY, "--quick", "--variants", "ours", "--presets", "fast", "--latents", "noise,natural"]
     assert tome_bench.main([*argv, "--plot", str(plot), "--out", str(out)]) == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "bench.png").exists() and (out / "bench.json").is_file()
-
-
-def test_plot_draws_the_compiled_presets_as_a_ladder_of_their_own() -> None:
-    """--compile: the compiled twins of the presets are their own ladder (over the compiled baseline), never
-    joined to the eager presets' line."""
-    rows = [
-        _prow("baseline", 1.0, 0.0),
-        _prow("ours:preset=quality", 1.13, 0.004),
-        _prow("ours:preset=fast", 1.5, 0.067),
-        _prow("baseline+compile", 1.0, 0.0),
-        _prow("ours:preset=quality+compile", 1.19, 0.004),
-        _prow("ours:preset=fast+compile", 1.56, 0.067),
-    ]
-    series = {s.name: s for s in report.plot_series(rows, ["noise"])[("sd15", "512")]}
-    assert list(series) == ["baseline", "presets", "baseline+compile", "presets+compile"]
-    assert [p.label for p in series["presets"].points] == ["quality", "fast"]
-    compiled = series["presets+compile"]
-    assert compiled.kind == "ladder" and compiled.line
-    assert [(p.label, p.speedup) for p in compiled.points] == [("quality", 1.19), ("fast", 1.56)]

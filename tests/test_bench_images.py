@@ -1,4 +1,4 @@
-"""`python -m tome_bench --checkpoint FILE --images` (issue 38): a user's checkpoint, unpatched and at each preset,
+"""`python -m tome_bench images --checkpoint FILE` (issue 38): a user's checkpoint, unpatched and at each preset,
 decoded by its own VAE into a labelled grid with the numbers beside it. On a tiny random-weight checkpoint in the
 single-file (LDM) layout, built here: the original `ldm` UNet and VAE (stable-diffusion-sdkit) and a CLIP text encoder,
 64 px, 2 Euler steps, one thread; nothing is downloaded."""
@@ -14,7 +14,7 @@ from PIL import Image
 
 import tome_bench
 import tome_core
-from tome_bench import archs, cli, images
+from tome_bench import archs, images
 
 TINY_VOCAB = 514  # CLIP's byte-level vocabulary without merges: 2 x 256 symbols and the two special tokens
 PRESETS = [p.name for p in tome_core.presets()]
@@ -118,7 +118,7 @@ def test_images_writes_a_labelled_grid_and_the_numbers_of_every_preset(
     (PSNR, HF kept, latent change per preset) in images.json and images.md; without CLIP's tokenizer on this machine
     seeded text states stand in, and the grid, the JSON and the console say so."""
     out = tmp_path / "out"
-    assert tome_bench.main(["--checkpoint", str(checkpoint), "--images", *ARGV, "--out", str(out)]) == 0
+    assert tome_bench.main(["images", "--checkpoint", str(checkpoint), *ARGV, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     grid = Image.open(out / "images.png")
     tiles = json.loads(grid.text["tiles"])
@@ -155,9 +155,9 @@ def test_images_encode_the_prompt_with_the_checkpoints_text_encoder_when_a_token
     finals = []
     for prompt in ("a red lighthouse", "a green forest"):
         out = tmp_path / prompt.replace(" ", "-")
-        argv = ["--checkpoint", str(checkpoint), "--images", *ARGV, "--presets", "quality", "--prompt", prompt]
+        argv = ["--checkpoint", str(checkpoint), *ARGV, "--presets", "quality", "--prompt", prompt]
         argv += ["--out", str(out)]
-        assert images.main(cli.parse_options(argv), argv, tokenizer_source=str(tokenizer)) == 0
+        assert images.main(argv, tokenizer_source=str(tokenizer)) == 0
         data = json.loads((out / "images.json").read_text())
         assert data["prompt_encoded"] is True and "text encoder" in data["text"]
         assert prompt in (out / "images.md").read_text()
@@ -206,9 +206,9 @@ def test_images_on_sdxl_encode_the_prompt_with_both_text_encoders(checkpoint: Pa
     embedding and the size conditioning reach the UNet through the SDXL pipeline, every preset gets a tile."""
     xl = make_sdxl_checkpoint(tmp_path / "tiny-xl.safetensors", checkpoint)
     out = tmp_path / "out"
-    argv = ["--checkpoint", str(xl), "--images", *ARGV, "--out", str(out)]
+    argv = ["--checkpoint", str(xl), *ARGV, "--out", str(out)]
     argv[argv.index("tiny")] = "tiny-xl"
-    assert images.main(cli.parse_options(argv), argv, tokenizer_source=str(make_tokenizer(tmp_path / "tok"))) == 0
+    assert images.main(argv, tokenizer_source=str(make_tokenizer(tmp_path / "tok"))) == 0
     data = json.loads((out / "images.json").read_text())
     assert data["prompt_encoded"] and "OpenCLIP text encoder" in data["text"] and data["arch"] == "tiny-xl"
     rows = {r["variant"]: r for r in data["rows"]}
@@ -233,18 +233,18 @@ def test_hf_energy_is_detail_above_a_quarter_of_nyquist() -> None:
 def test_images_options_name_what_is_missing_or_not_taken(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    given = ["--images", "--checkpoint", str(checkpoint), "--arch", "tiny"]
+    given = ["--checkpoint", str(checkpoint), "--arch", "tiny"]
     for argv, words in (
-        (["--images"], "--images needs --checkpoint FILE"),
-        ([*given, "--ratios", "0.3"], "does not take --ratios"),
-        ([*given, "--sizes", "64,128"], "one grid at one size"),
-        (["--images", "--compare", "--checkpoint", str(checkpoint)], "not allowed with argument"),
+        ([], "the following arguments are required: --checkpoint"),
+        ([*given, "--ratios", "0.3"], "unrecognized arguments: --ratios"),
+        ([*given, "--sizes", "64,128"], "one grid of one architecture at one size"),
+        (["--checkpoint", str(tmp_path / "none.safetensors")], "must be a .safetensors file"),
     ):
         with pytest.raises(SystemExit) as info:
-            cli.parse_options(argv)
+            images.parse_options(argv)
         assert info.value.code == 2 and words in capsys.readouterr().err
-    opts = cli.parse_options(["--images", "--checkpoint", str(checkpoint), "--arch", "tiny"])
-    assert opts.images and opts.steps == cli.IMAGE_STEPS and opts.presets == PRESETS and opts.prompt
+    opts = images.parse_options(given)
+    assert opts.job == "images" and opts.steps == 20 and opts.presets == PRESETS and opts.prompt == images.PROMPT
     assert opts.sizes_of("tiny") == [(128, 128)] and opts.repeats == 1 and not opts.main_job
     with pytest.raises(ValueError, match=r"not an SD1\.5 or SDXL checkpoint"):
         archs.checkpoint_arch(checkpoint)  # 32-wide text states: the tiny test model, named with --arch
@@ -253,11 +253,11 @@ def test_images_options_name_what_is_missing_or_not_taken(
 
     unet_only = tmp_path / "unet-only.safetensors"
     save_file({k: v for k, v in load_file(str(checkpoint)).items() if k.startswith("model.")}, str(unet_only))
-    argv = ["--checkpoint", str(unet_only), "--images", *ARGV, "--out", str(tmp_path / "o")]
+    argv = ["images", "--checkpoint", str(unet_only), *ARGV, "--out", str(tmp_path / "o")]
     assert tome_bench.main(argv) == 2 and "holds no VAE (first_stage_model.*" in capsys.readouterr().err
 
 
 def test_the_readme_shows_the_command_and_the_webui_check() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    assert "python -m tome_bench --checkpoint model.safetensors --images" in readme
+    assert "python -m tome_bench images --checkpoint model.safetensors" in readme
     assert "XYZ plot over **Speed**" in readme and "high-frequency energy" in readme

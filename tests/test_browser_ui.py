@@ -3,8 +3,8 @@
 Checks: every control has a hover hint (the field ones are the tome_core FieldSpec help texts); the Hires fix pass
 group shows only while the WebUI's Hires fix is on; the speed selectors show the detailed settings only for Custom;
 for a preset, the note says in one line, in the user's words, what it gains and changes, as `preset_hint`
-(tome_core/presets.py) makes it from the measurements, for the size set (too small to merge somewhere: said), and
-own hires settings at the same preset add no line; the tokens per level (made in Python from the values tome.js
+(tome_core/words.py) makes it from the speed table, for the size set and, while the Hires fix runs the same preset,
+its target size (too small to merge somewhere: said), and own hires settings at the same preset add no line; the tokens per level (made in Python from the values tome.js
 sends) match `tome_core.describe()` on the real SD1.5 and SDXL UNet architectures as each control changes (width,
 height, Hires fix and its size, every ToMe setting and preset), for the first pass and the hires pass: under the
 note for Custom settings, in the note's tooltip for presets (per model family); settings the core refuses (a ratio
@@ -41,9 +41,9 @@ import pytest
 
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, TomeConfig, describe, get_preset
-from tome_core.presets import preset_details, preset_hint
+from tome_core.words import preset_hint
 from tome_webui.params import field_of, spec
-from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP
+from tome_webui.ui import ELEM_ITEMS, HIRES_PRESET_HELP, PRESET_HELP, preset_tooltip
 
 SELENIUM_ERROR = ""
 try:
@@ -623,10 +623,8 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     # level, per family, are in the note's tooltip, and nothing is shown under the note.
     assert not displayed(page, custom), "a preset is selected: the custom settings must be hidden"
     note_is(preset_hint(DEFAULT_PRESET, None, (512, 512)))
-    # what it runs and where each figure was measured (or estimated), per family: the core's details
-    tooltip_has(
-        expected_families(512, 512, preset_configs(DEFAULT_PRESET)), *preset_details(DEFAULT_PRESET).splitlines()
-    )
+    # what it runs and the speed-up at each size with where it comes from, per family
+    tooltip_has(expected_families(512, 512, preset_configs(DEFAULT_PRESET)), *preset_tooltip(DEFAULT_PRESET, None))
     assert hint_lines(page) == []
     click_radio(page, ours("txt2img", "preset"), "fast")
     note_is(preset_hint("fast", None, (512, 512)))
@@ -650,11 +648,14 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     fastest = preset_hint("fastest", None, (768, 512))
     note_is(fastest)
 
-    # Hires fix: "same" runs the preset again at the hires size (no line of its own, its tokens on hover); "own" at
-    # the same preset adds no line either, another preset one line naming it.
+    # Hires fix: "same" runs the preset again at the hires size: its figure there joins the first pass's line (no
+    # line of its own, its tokens on hover); "own" at the same preset is the same, another preset one line naming it,
+    # with its figures at the hires size.
     toggle_accordion(page, "txt2img_hr", True)
+    with_hires = preset_hint("fastest", None, (768, 512), hires=(1536, 1024))
+    assert with_hires != fastest
     tooltip_has(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs('fastest'))}")
-    note_is(fastest)
+    note_is(with_hires)
     click_radio(page, ours("txt2img", "hr_mode"), "own")
     wait_for("the own hires settings to show", lambda: displayed(page, ours("txt2img", "hr_settings")), bool)
     assert not displayed(page, ours("txt2img", "hr_custom"))
@@ -662,7 +663,7 @@ def test_presets_show_their_figures_per_model_family(page: Any) -> None:
     note_is(fastest, f"Hires pass, {label}: {preset_hint(DEFAULT_PRESET, None, (1536, 1024))}")
     tooltip_has(f"Hires pass (1536\u00d71024): {expected_families(1536, 1024, preset_configs(DEFAULT_PRESET))}")
     click_radio(page, ours("txt2img", "hr_preset"), "fastest")
-    note_is(fastest)
+    note_is(with_hires)
     # Own custom values over Fastest: the hires controls' own ratio and strides replace the preset's (its 0.95 in
     # 8x8 cells on SD1/SD2), so their defaults (0.5 in 2x2 cells) run; a ratio above 0.75 in 2x2 cells is refused.
     click_radio(page, ours("txt2img", "hr_preset"), "custom")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,9 +19,10 @@ from comfy_stub.torch_compile import torch_compile_model
 
 import tome_core
 from tome_comfy import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
-from tome_comfy.inputs import advanced_widgets, config_from_inputs
+from tome_comfy.inputs import advanced_widgets, comfy_families, config_from_inputs, preset_text
 from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE, v3_nodes
 from tome_comfy.sampling import WRAPPER_KEY, comfy_blocks
+from tome_core.words import FAMILY_LABELS, change_words, speed_words
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How each line a sampling logs starts: with the version a bug report quoting it needs.
@@ -163,7 +165,8 @@ def test_full_merge_is_logged_once_per_sampling(sd: ModelPatcher, caplog: Any) -
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome_advanced(sd))
     assert tome_lines(caplog) == [
-        f"{HEAD} (custom settings): ran in 3 of 3 selected blocks (7 transformer blocks): self-attention merged in 3"
+        f"{HEAD} (custom settings): ran in 3 of 3 selected blocks (7 transformer blocks): self-attention merged in 3;"
+        " at 128\u00d7128"
     ]
 
 
@@ -193,8 +196,9 @@ def test_sdxl_log_line_names_each_kind_that_ran_with_its_counts(preset: str, cap
     feed-forward merged too."""
     caplog.set_level(logging.INFO, logger="tome")
     sample(tome(load_checkpoint("sdxl"), preset))
-    config = next(p for p in tome_core.presets() if p.label == preset).config("sdxl")
-    assert tome_lines(caplog) == [f"{HEAD} ({preset} for sdxl): {kinds_expected(config)}"]
+    chosen = next(p for p in tome_core.presets() if p.label == preset)
+    speed = speed_words(chosen, "sdxl", (128, 128)) or "at 128\u00d7128"
+    assert tome_lines(caplog) == [f"{HEAD} ({preset} for sdxl): {kinds_expected(chosen.config('sdxl'))}; {speed}"]
 
 
 def test_sdxl_balanced_names_kv_pooling_and_the_blocks_merged_whole(caplog: Any) -> None:
@@ -204,7 +208,7 @@ def test_sdxl_balanced_names_kv_pooling_and_the_blocks_merged_whole(caplog: Any)
     (line,) = tome_lines(caplog)
     assert line.endswith(
         "keys/values pooled for self-attention in 3, self-attention merged in 12, cross-attention merged in 12,"
-        " feed-forward (MLP) merged in 12"
+        f" feed-forward (MLP) merged in 12; {speed_words('balanced', 'sdxl', (128, 128)) or 'at 128×128'}"
     )
 
 
@@ -220,7 +224,7 @@ def test_an_interrupted_sampling_logs_what_ran_until_then(sd: ModelPatcher, capl
         sample(tome_advanced(sd), callback=interrupt)
     assert tome_lines(caplog) == [
         f"{HEAD} (custom settings): sampling interrupted after 2 UNet calls; ran in 3 of 3 selected blocks"
-        " (7 transformer blocks): self-attention merged in 3"
+        " (7 transformer blocks): self-attention merged in 3; at 128\u00d7128"
     ]
 
 
@@ -252,7 +256,7 @@ def test_a_failed_sampling_logs_a_warning_with_the_error_type(sd: ModelPatcher, 
         (
             "WARNING",
             f"{HEAD} (custom settings): sampling failed (RuntimeError) after 1 UNet call; ran in 3 of 3 selected"
-            " blocks (7 transformer blocks): self-attention merged in 3",
+            " blocks (7 transformer blocks): self-attention merged in 3; at 128\u00d7128",
         )
     ]
 
@@ -341,10 +345,25 @@ def test_comfyuis_builtin_tomesd_is_skipped_and_ours_runs_alone(sd: ModelPatcher
 
 
 def test_model_without_a_unet_runs_unchanged_and_says_so(caplog: Any) -> None:
-    flux = load_checkpoint("flux")
+    """A model that is neither a UNet nor a diffusion transformer ToMe reduces (tests/test_comfy_dit.py has the
+    DiTs)."""
+    model = load_checkpoint("dit")
     caplog.set_level(logging.INFO, logger="tome")
-    assert torch.equal(sample(tome(flux, "Fast")), sample(flux))
-    assert f"{HEAD}: Flux has no UNet transformer blocks" in caplog.text
+    assert torch.equal(sample(tome(model, "Fast")), sample(model))
+    assert f"{HEAD}: ComfyUI model Flux (diffusion model DiT) is neither a UNet" in caplog.text
+    assert "ToMe does nothing, the model runs unchanged" in caplog.text
+
+
+def test_the_log_line_gives_the_speed_at_each_samplings_size(sd: ModelPatcher, caplog: Any) -> None:
+    """Issue 44: the first pass and a hires second sampler each log the preset's speed-up at their own size."""
+    caplog.set_level(logging.INFO, logger="tome")
+    model = tome(sd, "Fast")
+    sample(model, size=16)
+    sample(model, size=24, denoise=0.5)
+    first, second = tome_lines(caplog)
+    assert first.endswith(f"; {speed_words('fast', 'sd', (128, 128)) or 'at 128×128'}")
+    assert second.endswith(f"; {speed_words('fast', 'sd', (192, 192)) or 'at 192×192'}")
+    assert "192\u00d7192" in second
 
 
 def test_no_block_at_the_selected_levels_is_reported(caplog: Any) -> None:
@@ -492,30 +511,34 @@ def test_preset_input_lists_the_core_presets_by_label() -> None:
 
 
 def test_preset_tooltip_gives_each_presets_speed_up_and_image_change() -> None:
-    """Issue 25 section 2: the node's preset tooltip speaks the WebUI hint's words (the core's `preset_hint`, made
-    from `Preset.gpu`, `Preset.cpu` and `Preset.fidelity`): how much faster on a GPU and on a CPU (the device is not
-    known there), how much the image changes beside the preset's reference, for each family."""
-    import importlib
-
-    words = importlib.import_module("tome_core.presets")
-    hint, change_words = getattr(words, "preset_hint", None), getattr(words, "change_words", None)
-    if hint is None or change_words is None:
-        pytest.skip("this tome_core has no presets.preset_hint / change_words yet")
+    """Issues 25 and 44: the preset tooltip speaks the core's words (`tome_core.words`, as the WebUI's hint): for
+    each family ComfyUI runs (the UNets and the diffusion transformers the core reduces there) how much faster a step
+    gets at that family's usual size, saying on which GPU and whether estimated or measured, and how much the image
+    changes beside the preset's reference; the families without figures are named as such."""
     _, extra = NODE_CLASS_MAPPINGS[TOME_NODE].INPUT_TYPES()["required"]["preset"]
     lines = extra["tooltip"].splitlines()
+    families = comfy_families()
+    assert families[:2] == ("sd", "sdxl") and {"flux", "wan"} <= set(families)
     for preset in tome_core.presets():
         (line,) = [line for line in lines if line.startswith(f"{preset.label}: ")]
-        assert line == f"{preset.label}: {hint(preset)}"
-        for family in tome_core.FAMILIES:
-            assert f"about {preset.gpu[family].speedup:.3g}\u00d7 less GPU time" in line
-            if family in preset.cpu:
-                assert f"about {preset.cpu[family].speedup:.3g}\u00d7 faster" in line
-            assert f"changes the image {change_words(preset.fidelity[family])}" in line
+        assert line == f"{preset.label}: {preset_text(preset)}"
+        for family in families:
+            speed = speed_words(preset, family)
+            held = preset.fidelity.get(family)
+            label = FAMILY_LABELS[family]
+            if speed or held is not None:
+                assert f"{label}: {speed}" in line
+                assert held is None or f"changes the image {change_words(held)}" in line
+            else:
+                assert re.search(rf"[ ,]{re.escape(label)}[ ,:].*not measured yet\.$", line)
+        if speed_words(preset, "sd"):
+            assert "(NVIDIA H200, estimated)" in line or "measured)" in line
 
 
 def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() -> None:
-    """Issue 25 section 2: what ComfyUI shows as the preset node's description has each preset's measured speed-up
-    and image change, the tooltip's very lines; the class attribute is a string when ComfyUI reads it."""
+    """Issue 25 section 2: what ComfyUI shows as the preset node's description has each preset's speed-up and image
+    change, the tooltip's very lines; the class attribute is a string when ComfyUI reads it. Issue 44: words a user
+    can read, no lab terms."""
     from tome_comfy.nodes import DESCRIPTIONS
 
     text = NODE_CLASS_MAPPINGS[TOME_NODE].DESCRIPTION
@@ -524,9 +547,11 @@ def test_preset_node_description_gives_each_presets_words_as_its_tooltip_does() 
     for preset in tome_core.presets():
         (line,) = [line for line in extra["tooltip"].splitlines() if line.startswith(f"{preset.label}: ")]
         assert line in text.splitlines()
-        assert all(f"about {s.speedup:.3g}\u00d7 less GPU time" in line for s in preset.gpu.values())
-        assert all(f"about {s.speedup:.3g}\u00d7 faster" in line for s in preset.cpu.values())
     assert NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE].DESCRIPTION.startswith(DESCRIPTIONS[TOME_ADVANCED_NODE])
+    for node in NODE_CLASS_MAPPINGS.values():
+        words = node.DESCRIPTION + json.dumps(node.INPUT_TYPES(), ensure_ascii=False)
+        for lab_term in ("stand-in", "\u00d7 less", "less GPU time"):
+            assert lab_term not in words
 
 
 def test_each_node_description_ends_with_the_version() -> None:

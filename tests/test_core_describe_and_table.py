@@ -17,7 +17,7 @@ import pytest
 
 import tome_core
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, get_preset, presets
-from tome_core.presets import FAMILY_LABELS, FAMILY_LAYOUTS, preset_words
+from tome_core.words import FAMILY_LABELS, FAMILY_LAYOUTS, TYPICAL_SIZES, preset_words
 
 import tiny_models
 
@@ -70,25 +70,33 @@ def test_describe_layout_of_no_blocks_is_empty() -> None:
     assert tome_core.describe_layout({}, 512, 512) == []
 
 
-#: How the table names each reference in its cells (its legend names them in full).
-SHORT = {"tomesd's default": "tomesd", "ToDo's default": "ToDo"}
+#: How the table names each reference in its cells.
+SHORT = {"tomesd's default": "tomesd's", "ToDo's default": "ToDo's"}
 
 
-def figures(name: str, family: str) -> list[str]:
-    """A family's two cells of a preset's row: the GPU speed-up (* estimated) and the change beside its reference."""
+def expected(name: str, family: str) -> list[str]:
+    """A preset's two figure cells on a family: its speed-up at the family's typical size from the speed table
+    (tome_core.figures; * estimated), and its change over a whole generation beside its reference ("-" where none
+    is measured)."""
     preset = get_preset(name)
-    gpu, held = preset.gpu[family], preset.fidelity[family]
-    whole = "" if held.generation is None else f"/{held.generation:.2f}"
-    return [
-        f"{gpu.speedup:.3g}\u00d7{'' if gpu.measured else '*'}",
-        f"{held.change:.2f}{whole}\u00d7 {SHORT[held.reference]}",
-    ]
+    found = tome_core.figures.speed(family, name, *TYPICAL_SIZES[family])
+    speed = "-" if found is None else f"{found.speedup:.2f}\u00d7{'' if found.source.measured else '*'}"
+    held = preset.fidelity.get(family)
+    if held is None:
+        return [speed, "-"]
+    ratio = held.change if held.generation is None else held.generation
+    return [speed, f"{ratio:.2f}\u00d7 {SHORT[held.reference]}"]
 
 
-def cells(table: str, name: str) -> list[str]:
-    """The cells of a preset's row (columns are two or more spaces apart)."""
-    (row,) = [line for line in table.splitlines() if line.split()[:1] == [name]]
-    return re.split(r"\s{2,}", row.strip())
+def rows(table: str, family: str) -> dict[str, list[str]]:
+    """preset -> its row's cells after the family label, for one family's rows (columns two or more spaces apart)."""
+    label = FAMILY_LABELS[family] + " "
+    out = {}
+    for line in table.splitlines():
+        if line.startswith(label):
+            cells = re.split(r"\s{2,}", line.strip())
+            out[cells[1]] = cells[2:]
+    return out
 
 
 def test_presets_print_as_a_table() -> None:
@@ -98,29 +106,37 @@ def test_presets_print_as_a_table() -> None:
     assert str(listed) == table and repr(listed) == table
     lines = table.splitlines()
     assert all(len(line) <= 120 for line in lines), max(lines, key=len)
-    header = lines[0]
-    assert all(FAMILY_LABELS[family] in header for family in FAMILIES)
-    for preset in listed:
-        row = cells(table, preset.name)
-        assert row[1] == preset_words(preset)
-        assert row[2:] == [cell for family in FAMILIES for cell in figures(preset.name, family)]
-    (default,) = [line for line in lines if line.startswith(DEFAULT_PRESET)]
-    assert cells(table, DEFAULT_PRESET)[1].startswith("The default"), default
-    flat = " ".join(table.split())  # the legend wraps long runs
-    for preset in listed:
-        for family in FAMILIES:  # where the figures come from
-            assert preset.gpu[family].setting in flat and preset.fidelity[family].setting in flat
+    for family in tome_core.ALL_FAMILIES:  # every family, UNets and diffusion transformers
+        found = rows(table, family)
+        assert list(found) == [p.name for p in listed], family
+        for preset in listed:
+            assert found[preset.name][0] == preset_words(preset)
+            assert found[preset.name][1:] == expected(preset.name, family), (family, preset.name)
+    assert rows(table, "sd")[DEFAULT_PRESET][0].startswith("The default")
+    for word in ("stand-in", "\u00d7 less"):
+        assert word not in table
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "flux", "wan"])
 def test_the_table_for_one_family(family: str) -> None:
     table = tome_core.presets_table(family)
-    other = next(FAMILY_LABELS[f] for f in FAMILIES if f != family)
-    assert other not in table and FAMILY_LABELS[family] in table
+    others = [FAMILY_LABELS[f] for f in tome_core.ALL_FAMILIES if f != family]
+    assert not any(line.startswith(other + " ") for line in table.splitlines() for other in others)
+    found = rows(table, family)
     for preset in presets():
-        assert cells(table, preset.name)[2:] == figures(preset.name, family)
+        assert found[preset.name][1:] == expected(preset.name, family)
     with pytest.raises(ValueError, match="model family"):
-        tome_core.presets_table("flux")
+        tome_core.presets_table("hunyuan")
+
+
+def test_the_table_at_a_size() -> None:
+    """At a size of the user's, the table gives each preset's figure there (`tome_core.figures`)."""
+    table = tome_core.presets_table("sd", (1024, 1024))
+    for preset in presets():
+        found = tome_core.figures.speed("sd", preset.name, 1024, 1024)
+        assert found is not None
+        assert rows(table, "sd")[preset.name][1].startswith(f"{found.speedup:.2f}\u00d7")
+    assert "SD1/SD2 1024\u00d71024" in table
 
 
 def test_the_ipython_form_is_the_table() -> None:

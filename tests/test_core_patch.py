@@ -283,6 +283,24 @@ def test_each_target_changes_output(kind: str, target: str) -> None:
 
 
 @pytest.mark.parametrize("kind", BARE)
+def test_block_window_selects_the_blocks_in_forward_order(kind: str) -> None:
+    """`block_start`/`block_end` hold for UNets too: only the blocks of that share of the forward order merge."""
+    model = make(kind)
+    tome_core.apply_patch(model, ratio=0.5, max_downsample=8)
+    everywhere = tome_core.block_table(model).acting
+    tome_core.apply_patch(model, ratio=0.5, max_downsample=8, block_start=0.5, block_end=0.9)
+    table = tome_core.block_table(model)
+    count = len(table.blocks)
+    assert [b.index for b in table.acting] == [b.index for b in everywhere if 0.5 <= b.index / count < 0.9], (
+        "the window's blocks, and no other"
+    )
+    forward(model, make_inputs(2))
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.selected == len(table.acting) and stats.applied == stats.selected
+    tome_core.remove_patch(model)
+
+
+@pytest.mark.parametrize("kind", BARE)
 @pytest.mark.parametrize("ratio", [0.25, 0.5, 0.75])
 def test_ratio_merges_expected_token_count(kind: str, ratio: float) -> None:
     model = make(kind)

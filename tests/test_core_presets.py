@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tome_core
-from tome_core import TomeConfig
+from tome_core import TomeConfig, figures
 
 from tiny_models import PipelineLike, WebUILike, build_unet, forward, make_inputs
 
@@ -21,21 +21,31 @@ def test_presets_are_named_and_ordered() -> None:
     assert tome_core.DEFAULT_PRESET in names
     for preset in tome_core.presets():
         assert preset.label and preset.help
-        for family in tome_core.FAMILIES:
+        for family in tome_core.ALL_FAMILIES:  # every family resolves, the diffusion transformers' too
             assert not preset.config(family).is_noop
+
+
+def table_sizes(family: str) -> list[tuple[int, int, int]]:
+    """The sizes the speed table holds for every preset of a family (`tome_core.figures`)."""
+    listed = [set(figures.sizes(family, p.name)) for p in tome_core.presets()]
+    return sorted(set.intersection(*listed), key=lambda size: size[0] * size[1] * size[2])
 
 
 @pytest.mark.parametrize("family", tome_core.FAMILIES)
 def test_each_family_is_a_ladder(family: str) -> None:
     # From Quality to Fastest each preset takes less GPU time than the one before, and every one less than the
-    # unpatched model. Each is held to a reference users know (`Preset.fidelity`): Quality to ToDo's default, the
-    # others to tomesd's; where two share a reference, the faster changes the image more. Changes beside different
-    # references are not compared.
+    # unpatched model, at every size of the speed table. Each is held to a reference users know
+    # (`Preset.fidelity`): Quality to ToDo's default, the others to tomesd's; where two share a reference, the faster
+    # changes the image more. Changes beside different references are not compared.
     listed = list(tome_core.presets())
-    gpu = [p.gpu[family] for p in listed]
-    for slower, faster in itertools.pairwise(gpu):
-        assert faster.speedup > slower.speedup, (slower, faster)
-    assert gpu[0].speedup > 1.0
+    sizes = table_sizes(family)
+    assert sizes, f"the speed table has no size for every preset of {family}"
+    for size in sizes:
+        gpu = [figures.speed(family, p.name, *size) for p in listed]
+        assert all(found is not None and found.exact for found in gpu)
+        for slower, faster in itertools.pairwise(gpu):
+            assert faster.speedup > slower.speedup, (size, slower, faster)
+        assert gpu[0].speedup > 1.0
     held = {p.name: p.fidelity[family] for p in listed}
     assert held["quality"].reference == "ToDo's default"
     assert held["balanced"].reference == "tomesd's default"
@@ -49,15 +59,19 @@ def test_each_family_is_a_ladder(family: str) -> None:
 @pytest.mark.parametrize("family", tome_core.FAMILIES)
 def test_the_default_is_dominated_by_no_other_preset(family: str) -> None:
     # Among the presets held to the default's reference, none takes no more GPU time and changes the image no more.
+    # At every size of the speed table.
     default = tome_core.get_preset(tome_core.DEFAULT_PRESET)
-    for preset in tome_core.presets():
-        if preset.name == default.name or preset.fidelity[family].reference != default.fidelity[family].reference:
-            continue
-        dominates = (
-            preset.gpu[family].speedup >= default.gpu[family].speedup
-            and preset.fidelity[family].change <= default.fidelity[family].change
-        )
-        assert not dominates, preset.name
+    for size in table_sizes(family):
+        ours = figures.speed(family, default.name, *size)
+        for preset in tome_core.presets():
+            if preset.name == default.name or preset.fidelity[family].reference != default.fidelity[family].reference:
+                continue
+            theirs = figures.speed(family, preset.name, *size)
+            assert ours is not None and theirs is not None
+            dominates = (
+                theirs.speedup >= ours.speedup and preset.fidelity[family].change <= default.fidelity[family].change
+            )
+            assert not dominates, (preset.name, size)
 
 
 def test_faster_presets_merge_more_on_sdxl() -> None:
@@ -77,8 +91,8 @@ def test_unknown_preset_names_the_known_ones(name: object) -> None:
 
 
 def test_unknown_family_is_refused() -> None:
-    with pytest.raises(ValueError, match="model family must be one of 'sd', 'sdxl'"):
-        tome_core.get_preset("fast").config("flux")
+    with pytest.raises(ValueError, match="model family must be one of 'sd', 'sdxl', 'flux'"):
+        tome_core.get_preset("fast").config("hidream")
 
 
 @pytest.mark.parametrize("kind", list(FAMILY))

@@ -22,7 +22,7 @@ from torch import nn
 
 import tome_core
 from tome_core import TomeConfig, get_preset, presets
-from tome_core.presets import FAMILY_LABELS, describe_config, preset_details, preset_hint, unmerged_levels
+from tome_core.words import FAMILY_LABELS, describe_config, preset_details, preset_hint, unmerged_levels
 
 #: Image sizes in pixels (width, height): one where every selected level's grid holds the largest cells (8x8 at SD's
 #: level 4, 4x4 at its level 8), one too small for some (a 4x2 grid at level 4); the diffusers UNets also run a size

@@ -1,11 +1,13 @@
-"""The GPU job (`python -m tome_bench --gpu-job`, `tome_bench.gpu_job`) on the CPU: `--smoke` runs its eager part's
-code on the tiny UNets in float32 (profiles, rows, tables, the resolved fields calibrate rebuilds variants from),
-and its tables are checked on canned rows, a disturbed profile among them. The GPU figures themselves come from a
-GPU session; nothing here needs one."""
+"""The GPU job (`python -m tome_bench gpu-job`, `tome_bench.gpu_job`) on the CPU: its rules run on the tiny UNets with
+a fake timer in place of the GPU's clock (compile before timing, variants interleaved, a disturbed row re-run and
+flagged, baselines out of line stopping the job), its dry run from its own entry (rows calibrate reads, one real
+dynamo compile that no timed round compiles again), and the speed table it and `estimate --write` write. The GPU
+figures themselves come from a GPU session; nothing here needs one."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +15,12 @@ import pytest
 import torch
 
 import tome_bench
-import tome_core
-from tome_bench import calibrate, gpu_job
+from tome_bench import calibrate, estimate, gpu_job, options
+from tome_bench.gpu_job import Case, Device, Job, Stop, Timed
 
-#: The variants the smoke run keeps (all of them cost a minute on 2 shared cores): the reference, one preset that
-#: pools and one that merges on the tiny UNets, ToDo's reference, tomesd itself where installed.
-KEPT = {"baseline", "balanced", "fastest", "ref-todo", "tomesd"}
-CANDIDATES = {"kv3-top": {"sd": {"mode": "kv", "sx": 3, "sy": 3}, "sdxl": {"mode": "kv", "sx": 3, "sy": 3}}}
+CASE = Case("tiny", 32)
+#: Milliseconds per call the fake clock gives each mode's rows: the compiled modes faster than eager, as on a GPU.
+MS = {"eager": 10.0, "compiled": 8.0, "cudagraphs": 6.0}
 
 
 @pytest.fixture(autouse=True)
@@ -30,76 +31,215 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_gpu_job_smoke_writes_rows_with_profiles_wall_clocks_and_resolved_fields(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`python -m tome_bench --gpu-job --smoke --no-compiled`: per tiny UNet a row per variant with its profile
-    (aten operations, device time per operation), peak memory, what the patch merged and the TomeConfig it ran
-    (`fields`, a preset resolved for the family); a wall clock beside every variant but the candidates; gpu.json
-    as calibrate reads it and gpu.md with a table per model."""
+@pytest.fixture
+def few_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline, two presets and ToDo's reference: every kind of row, a few warm calls of the tiny UNet each."""
     every = gpu_job.variants
-    monkeypatch.setattr(gpu_job, "variants", lambda *a: [v for v in every(*a) if v.name in KEPT | set(CANDIDATES)])
-    candidates = tmp_path / "candidates.json"
-    candidates.write_text(json.dumps(CANDIDATES))
-    out = tmp_path / "job"
-    argv = ["--gpu-job", "--smoke", "--no-compiled", "--out", str(out), "--budget-s", "120"]
-    assert tome_bench.main([*argv, "--candidates", str(candidates)]) == 0
-
-    data = json.loads((out / "gpu.json").read_text())
-    assert data["device"] == "CPU (smoke)"
-    rows = {(r["arch"], r["variant"]): r for r in data["rows"]}
-    tomesd = ["tomesd"] if any(v.fields == "tomesd" for v in every("tiny", {}, 128)) else []
-    sd = ["baseline", "balanced", "fastest", "ref-todo", *tomesd, "kv3-top"]
-    assert [v for a, v in rows if a == "tiny"] == sd
-    assert [v for a, v in rows if a == "tiny-xl"] == ["baseline", "balanced", "fastest", "ref-todo", "kv3-top"]
-    for (_, name), row in rows.items():
-        assert row["part"] == "eager" and row["size"] == 128, name
-        assert row["aten_calls_per_call"] > 500 and row["gpu_busy_ms"] == 0.0, name  # no CUDA kernels on a CPU
-        assert all(len(op) == 5 and op[0].startswith("aten::") for op in row["ops"]), name
-        assert ("wall_ms" in row) == (name not in CANDIDATES), name
-    assert rows["tiny", "baseline"]["fields"] is None and rows["tiny", "baseline"]["merged"] is None
-    for arch, family in (("tiny", "sd"), ("tiny-xl", "sdxl")):
-        fields = rows[arch, "fastest"]["fields"]
-        assert tome_core.TomeConfig.from_dict(fields) == tome_core.get_preset("fastest").config(family), arch
-        assert rows[arch, "kv3-top"]["fields"]["sx"] == 3 and "blocks" in rows[arch, "fastest"]["merged"]
-    if tomesd:
-        assert rows["tiny", "tomesd"]["fields"] == "tomesd"
-    md = (out / "gpu.md").read_text()
-    assert md.startswith("# GPU job: CPU (smoke)") and md.count("eager (fp16, batch 2)") == 2
-
-    # calibrate rebuilds every profiled variant from its fields (tomesd included), the candidates too
-    points = calibrate.load_points([out / "gpu.json"])
-    assert [p.label for p in points] == [f"{a} 128 {v}" for a, v in rows]
-    traced = {p.label: sum(op.kernels for op in p.ops.values()) for p in points}
-    assert traced["tiny 128 fastest"] != traced["tiny 128 baseline"]  # the patch ran in the trace
+    keep = {"baseline", "quality", "fastest", "ref-todo"}
+    monkeypatch.setattr(gpu_job, "variants", lambda *a: [v for v in every(*a) if v.name in keep])
 
 
-def _row(variant: str, conv_ms: float, busy: float, kernels: int, wall: float | None = None) -> dict[str, Any]:
-    ops = [["aten::cudnn_convolution", "", 98, conv_ms, 1.0], ["aten::native_group_norm", "", 61, 2.0, 0.5]]
-    row = {"part": "eager", "arch": "sd15", "size": 1024, "variant": variant, "gpu_busy_ms": busy}
-    row.update(kernels_per_call=kernels, aten_calls_per_call=4000, ops=ops, peak_mib=100.0, merged=None)
-    return row if wall is None else {**row, "wall_ms": wall}
+def fake_device(ms: Callable[[Timed], float], graphs: Callable[[], int] = lambda: 0) -> Device:
+    """The device calls of the job, none touching a GPU: the timer answers `ms(row)` without calling (the job's own
+    warm call before each sample still runs the model), one profile is 5 ms of busy time, compiling is nothing."""
+    return Device(
+        "fake", torch.device("cpu"), torch.float32, timer=lambda row, call, calls: ms(row),
+        profile=lambda call: (5.0, 100, [["aten::mm", "", 10, 5.0, 1.0]]), peak_mib=lambda call: 1.0,
+        compile=lambda model, mode: model, graphs=graphs,
+    )  # fmt: skip
 
 
-def test_tables_compare_with_the_baseline_and_flag_a_disturbed_profile() -> None:
-    """Speed-ups and kernels added against the baseline of the same model and size; a row whose untouched
-    operations (convolutions, group norms) took more than 5% longer than the baseline's is marked disturbed (another
-    process's kernels overlapped its profile), one within 5% is not; the compiled table beside the eager wall."""
-    rows = [
-        _row("baseline", 10.0, 40.0, 1000, wall=50.0),
-        _row("balanced", 10.4, 32.0, 1050, wall=40.0),  # untouched +3%: quiet
-        _row("fastest", 11.0, 30.0, 1100),  # untouched +8%: disturbed, no wall clock
-        {"part": "compiled", "mode": "default", "arch": "sd15", "size": 1024, "variant": "baseline"}
-        | {"compile_s": 60.0, "wall_ms": 30.0, "recompiles": 0, "merged": None},
-        {"part": "compiled", "mode": "default", "arch": "sd15", "size": 1024, "variant": "balanced"}
-        | {"compile_s": 70.0, "wall_ms": 25.0, "recompiles": 0, "merged": "5/5 blocks (kv 5)"},
+def run_job(tmp_path: Path, ms: Callable[[Timed], float], **kwargs: Any) -> tuple[Job, dict[str, Any]]:
+    job = Job(fake_device(ms, **kwargs), [CASE], gpu_job.MODES, 600.0, tmp_path, rounds=4)
+    try:
+        job.run()
+        stopped = None
+    except Stop as exc:
+        stopped = str(exc)
+    return job, job.payload(stopped)
+
+
+def steady(row: Timed) -> float:
+    return MS[row.mode] * (0.9 if row.variant.name != "baseline" else 1.0) * (1 + 0.001 * len(row.samples))
+
+
+def test_compiles_come_before_every_timing_and_rows_are_interleaved(tmp_path: Path, few_variants: None) -> None:
+    job, data = run_job(tmp_path, steady)
+    kinds = [kind for kind, _ in job.events]
+    first_timed = min(kinds.index("time"), kinds.index("profile"))
+    assert "compile" in kinds and max(i for i, k in enumerate(kinds) if k == "compile") < first_timed
+    # every compiled and CUDA-graph row was built: the baseline and the presets, not the reference
+    assert {what for kind, what in job.events if kind == "compile"} == {
+        f"tiny 32 {v} {m}" for v in ("baseline", "quality", "fastest") for m in ("compiled", "cudagraphs")
+    }
+    # round-robin: each round times every row once, in the same order
+    timed = [what for kind, what in job.events if kind == "time"]
+    rows = len(timed) // job.rounds
+    assert rows == 4 + 3 * 2 and all(timed[r * rows : (r + 1) * rows] == timed[:rows] for r in range(job.rounds))
+    assert len(set(timed[:rows])) == rows
+    profiled = [what for kind, what in job.events if kind == "profile"]
+    assert len(profiled) == 4 * job.profiles and len(set(profiled[:4])) == 4
+    (row,) = [r for r in data["rows"] if r["variant"] == "fastest"]
+    assert row["timings"]["eager"]["median_ms"] == pytest.approx(9.0, rel=0.01) and row["timings"]["eager"]["reliable"]
+    assert (
+        len(row["timings"]["eager"]["samples_ms"]) == job.rounds and row["busy_reliable"] and row["gpu_busy_ms"] == 5.0
+    )
+    assert data["stopped"] is None and data["checks"] and "baselines in line" in data["checks"][0]
+    assert row["fields"]["sx"] == 8 and "blocks" in row["merged"]  # what ran, as calibrate rebuilds it
+    md = gpu_job.tables(data)
+    assert "| fastest | 5.00 (0%) | 1.00x |" in md and "1.11x" in md
+
+
+@pytest.mark.parametrize("lasting", [True, False])
+def test_a_disturbed_row_is_timed_again_with_its_baseline_then_flagged(
+    tmp_path: Path, few_variants: None, lasting: bool
+) -> None:
+    """A fake clock that disturbs one row (every other sample 30% slower): the row and its baseline are timed again,
+    interleaved, after the rounds; still above 5% the row is unreliable, printed so and feeds no speed-up. A
+    disturbance that passed (only the first rounds) leaves the row reliable after the re-run."""
+
+    def ms(row: Timed) -> float:
+        hit = row.variant.name == "quality" and row.mode == "eager" and (lasting or not row.first)
+        return steady(row) * (1.3 if hit and len(row.samples) % 2 else 1.0)
+
+    job, data = run_job(tmp_path, ms)
+    timed = [what for kind, what in job.events if kind == "time"]
+    after = timed[10 * job.rounds :]
+    assert after == ["tiny 32 baseline eager", "tiny 32 quality eager"] * job.rounds
+    quality = job.rows["tiny 32", "quality", "eager"]
+    assert len(quality.first) == job.rounds and quality.reliable is not lasting
+    (row,) = [r for r in data["rows"] if r["variant"] == "quality"]
+    assert row["timings"]["eager"]["reliable"] is not lasting
+    line = next(line for line in gpu_job.tables(data).splitlines() if line.startswith("| quality |"))
+    if lasting:
+        assert "unreliable | - |" in line and (tmp_path / "gpu-job.log").read_text().count("UNRELIABLE") == 1
+    else:
+        assert "unreliable" not in line
+    assert all(r.reliable for key, r in job.rows.items() if key[1:] != ("quality", "eager"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "slow", "words"),
+    [
+        (
+            "cudagraphs",
+            1.02,
+            "the CUDA-graph baseline took 10.200 ms per call, slower than the eager baseline's 10.000",
+        ),
+        ("compiled", 1.5, "the compiled baseline took 15.000 ms per call, slower than the eager baseline's 10.000 ms"),
+    ],
+)
+def test_a_baseline_out_of_line_stops_the_job_saying_what_is_wrong(
+    tmp_path: Path, few_variants: None, mode: str, slow: float, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def ms(row: Timed) -> float:
+        if row.variant.name == "baseline" and row.mode in ("eager", mode):
+            return 10.0 * (slow if row.mode == mode else 1.0)
+        return steady(row)
+
+    device = fake_device(ms)
+    code = gpu_job.main(["--cases", "tiny:32", "--rounds", "3", "--out", str(tmp_path)], device=device)
+    assert code == 1
+    data = json.loads((tmp_path / "gpu.json").read_text())
+    assert words in data["stopped"] and data["stopped"].startswith("tiny 32: ")
+    assert f"**Stopped: tiny 32: {words}" in (tmp_path / "gpu.md").read_text()
+    assert f"STOPPED: tiny 32: {words}" in capsys.readouterr().out
+
+
+def test_a_graph_compiled_during_the_timed_rounds_stops_the_job(tmp_path: Path, few_variants: None) -> None:
+    counter = iter(range(10**6))
+    _, data = run_job(tmp_path, steady, graphs=lambda: next(counter))
+    assert "graph(s) compiled during the timed rounds" in data["stopped"]
+
+
+def test_the_budget_leaves_compiles_out_and_says_so(tmp_path: Path, few_variants: None, monkeypatch) -> None:
+    monkeypatch.setattr(gpu_job, "COMPILE_GUESS_S", {"sd": 10**6, "sdxl": 10**6})
+    job, data = run_job(tmp_path, steady)
+    assert not [e for e in job.events if e[0] == "compile"]
+    assert sum("not compiled (budget" in n for n in data["not_run"]) == 6
+    (row,) = [r for r in data["rows"] if r["variant"] == "baseline"]
+    assert set(row["timings"]) == {"busy", "eager"} and "| not run | - |" in gpu_job.tables(data)
+
+
+def test_the_dry_run_from_its_entry_compiles_once_and_writes_what_calibrate_reads(tmp_path: Path, monkeypatch) -> None:
+    """`python -m tome_bench gpu-job --dry-run`: the tiny UNet on the CPU, dynamo compiling for real (its eager
+    backend): re-applying a patch between timed samples compiles nothing again (else the job would stop)."""
+    every = gpu_job.variants
+    monkeypatch.setattr(gpu_job, "variants", lambda *a: [v for v in every(*a) if v.name in ("baseline", "balanced")])
+    torch._dynamo.reset()
+    argv = ["gpu-job", "--dry-run", "--cases", "tiny:32", "--modes", "eager,compiled", "--rounds", "2", "--calls", "1"]
+    assert tome_bench.main([*argv, "--out", str(tmp_path)]) == 0
+    torch._dynamo.reset()
+    data = json.loads((tmp_path / "gpu.json").read_text())
+    assert data["dry_run"] and data["stopped"] is None and data["device"] == "CPU (dry run)"
+    assert [(r["variant"], sorted(r["timings"])) for r in data["rows"]] == [
+        (v, ["busy", "compiled", "eager"]) for v in ("baseline", "balanced")
     ]
-    text = gpu_job.tables(rows, "NVIDIA H200")
-    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert text.startswith("# GPU job: NVIDIA H200") and "## SD1.5 1024 px, eager (fp16, batch 2)" in text
-    assert lines["baseline"].startswith("| baseline | 40.00 | 1.00× | 1000 | +0.0% | 50.00 | 1.00× |")
-    assert lines["balanced"].startswith("| balanced | 32.00 | 1.25× | 1050 | +5.0% | 40.00 | 1.25× |")
-    assert lines["fastest"].startswith("| fastest | 30.00 (disturbed) | 1.33× | 1100 | +10.0% | - | - |")
-    assert gpu_job.disturbed(rows[2], rows[0]) and not gpu_job.disturbed(rows[1], rows[0])
-    compiled = [line for line in text.splitlines() if line.startswith("| default |")]
-    assert compiled[1] == "| default | SD1.5 1024 | balanced | 25.00 | 1.20× | 40.00 | 70 | 0 | 5/5 blocks (kv 5) |"
+    assert all(r["aten_calls_per_call"] > 100 and r["gpu_busy_ms"] > 0 for r in data["rows"])
+    points = calibrate.load_points([tmp_path / "gpu.json"])
+    assert [p.label for p in points] == ["tiny 32 baseline", "tiny 32 balanced"]
+    assert tome_bench.main(["calibrate", str(tmp_path / "gpu.json")]) == 0  # the error table, from its own entry
+    assert gpu_job.write(data) == 2  # a dry run measured nothing for the speed table
+
+
+def test_disturbed_profiles_of_older_runs_are_told_by_their_untouched_operations() -> None:
+    def row(conv_ms: float) -> dict[str, Any]:
+        return {
+            "ops": [["aten::cudnn_convolution", "", 98, conv_ms, 1.0], ["aten::native_group_norm", "", 61, 2.0, 0.5]]
+        }
+
+    assert gpu_job.disturbed(row(11.0), row(10.0)) and not gpu_job.disturbed(row(10.4), row(10.0))
+
+
+# ---------------------------------------------------------------------------------------------- the speed table
+
+
+def test_the_speed_table_holds_every_family_preset_and_size_in_order() -> None:
+    data = json.loads(estimate.SPEED_TABLE.read_text())
+    assert data["about"].startswith("written by `python -m tome_bench estimate --write`")
+    source = data["sources"]["h200-estimate-2026-11-27"]
+    assert source == {
+        "device": "NVIDIA H200",
+        "measured": False,
+        "what": estimate.ESTIMATED.format(batch=2, gpu="H200", date="2026-11-27"),
+    }
+    presets = options.preset_names()
+    expected = [
+        (arch.family, preset, size)
+        for arch in sorted((a for a in tome_bench.archs.ARCHS.values() if a.table_sizes), key=lambda a: a.family)
+        for preset in presets
+        for size in arch.table_sizes
+    ]
+    assert [(r["family"], r["preset"], r["width"]) for r in data["rows"]] == expected
+    for r in data["rows"]:
+        assert r["height"] == r["width"] and r["frames"] == 1 and r["source"] in data["sources"]
+        assert r["speedup"] == round(r["speedup"], 3) and 1.0 < r["speedup"] < 5.0
+    # the estimate at the sizes the presets were chosen at rises from Quality to Fastest
+    for family in ("sd", "sdxl"):
+        at = [r["speedup"] for r in data["rows"] if r["family"] == family and r["width"] == 1024]
+        assert at == sorted(at), (family, at)
+
+
+def test_the_speed_table_is_deterministic_and_measured_rows_replace_estimated_ones(tmp_path: Path) -> None:
+    path = tmp_path / "speed_table.json"
+    path.write_text(estimate.SPEED_TABLE.read_text())
+    sources = json.loads(path.read_text())["sources"]
+    rows = json.loads(path.read_text())["rows"]
+    estimate.write_table(sources, rows, path)
+    assert path.read_text() == estimate.SPEED_TABLE.read_text()  # written by the same code: the same bytes
+    measured = {"device": "NVIDIA H200", "date": "2026-11-28 10:00:00 UTC", "profiles": 3}
+    busy = {"baseline": 20.0, "fast": 16.0, "quality": 18.0}
+    measured["rows"] = [
+        {"arch": "sd15", "size": 1024, "variant": v, "gpu_busy_ms": ms, "busy_reliable": v != "quality"}
+        for v, ms in busy.items()
+    ]
+    estimate.write_table(*estimate.measured_rows(measured), path)
+    table = json.loads(path.read_text())
+    key = "nvidia-h200-measured-2026-11-28"
+    assert table["sources"][key]["measured"] and table["sources"][key]["device"] == measured["device"]
+    got = {(r["preset"], r["width"]): r for r in table["rows"] if r["family"] == "sd"}
+    assert got["fast", 1024]["speedup"] == 1.25 and got["fast", 1024]["source"] == key
+    assert got["quality", 1024]["source"] == "h200-estimate-2026-11-27"  # its busy time was unreliable
+    # estimating again keeps what was measured
+    estimate.write_table(sources, rows, path)
+    assert json.loads(path.read_text())["rows"] == table["rows"]

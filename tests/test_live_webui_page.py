@@ -238,3 +238,87 @@ def test_console_has_nothing_from_us(custom: Page) -> None:
     hosts_with_values = [c for c in custom.calls if c.sent > 0 and not endpoints.is_ours(c.fn_index)]
     assert ours_with_values == []
     assert len(warnings) == len(hosts_with_values)  # every warning is the host's own
+
+
+# ---------------------------------------------------------------------------------------------- the hint at the size
+
+
+def note_text(page: Page) -> list[str]:
+    """The note's lines as the page shows them (its tooltip aside)."""
+    return page.driver.execute_script(
+        "var note = document.querySelector('#script_txt2img_tome_cap_note .tome-cap-note');"
+        " return note ? note.innerHTML.split('<br>').map(function(part) {"
+        "   var div = document.createElement('div'); div.innerHTML = part; return div.textContent; }) : [];"
+    )
+
+
+def set_number(page: Page, elem_id: str, value: int) -> None:
+    """Type into a slider's number box as a user would (select all, type, leave the box)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = page.driver.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value), Keys.TAB)
+    settle(page)
+
+
+def set_hires(page: Page, on: bool) -> None:
+    """The WebUI's Hires fix accordion: its visible checkbox, as a user ticks it."""
+    from selenium.webdriver.common.by import By
+
+    box = page.driver.find_element(By.CSS_SELECTOR, "#txt2img_hr-visible-checkbox")
+    if box.is_selected() != on:
+        box.click()
+    settle(page)
+
+
+def test_the_preset_hint_gives_the_figures_at_the_page_size(page: Page) -> None:
+    """Issue 44 as a user tries it: the default preset's line under Speed for the loaded model at 512 and 1024 px,
+    then with Hires fix on (the WebUI's "Upscale by" 2): the figures the speed table has at that size, the hires
+    pass's at its target in the same line, exactly `preset_hint`'s words for the loaded family on the server's
+    device (`TOME_WEBUI_DEVICE`, "cpu" by default). Screenshots of each (`TOME_WEBUI_EVIDENCE`: hint-512.png,
+    hint-512-hires.png, hint-1024.png, hint-1024-hires.png)."""
+    from selenium.webdriver.common.by import By
+
+    from tome_core import DEFAULT_PRESET
+    from tome_core.words import preset_hint
+
+    family = "sdxl" if ARCH == "sdxl" else "sd"
+    device = os.environ.get("TOME_WEBUI_DEVICE", "cpu")
+    accordion = page.element("script_txt2img_tome_enable")
+    checkbox = page.driver.find_element(By.CSS_SELECTOR, "#script_txt2img_tome_enable input[type=checkbox]")
+    if not checkbox.is_selected():
+        page.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", accordion)
+        accordion.find_element(By.CSS_SELECTOR, ".label-wrap").click()
+        settle(page)
+    radio = page.element("script_txt2img_tome_preset")
+    [label] = [
+        x
+        for x in radio.find_elements(By.TAG_NAME, "label")
+        if x.find_element(By.TAG_NAME, "input").get_attribute("value") == DEFAULT_PRESET
+    ]
+    label.click()
+    settle(page)
+    evidence = os.environ.get("TOME_WEBUI_EVIDENCE")
+    seen = {}
+    for side in (512, 1024):
+        for hires in (False, True):
+            set_hires(page, hires)
+            set_number(page, "txt2img_width", side)
+            set_number(page, "txt2img_height", side)
+            target = (2 * side, 2 * side) if hires else None
+            expected = preset_hint(DEFAULT_PRESET, family, (side, side), device, hires=target)
+            deadline = time.monotonic() + WAIT_S
+            while note_text(page) != [expected] and time.monotonic() < deadline:
+                time.sleep(0.5)
+            seen[(side, hires)] = note_text(page)
+            assert seen[(side, hires)] == [expected], (side, hires)
+            if evidence:
+                Path(evidence).mkdir(parents=True, exist_ok=True)
+                note = page.element("script_txt2img_tome_cap_note")
+                page.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", note)
+                name = f"hint-{side}{'-hires' if hires else ''}.png"
+                page.driver.save_screenshot(str(Path(evidence, name)))
+    set_hires(page, False)
+    assert not any("stand-in" in line or "\u00d7 less" in line for lines in seen.values() for line in lines)

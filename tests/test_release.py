@@ -185,3 +185,23 @@ def test_nothing_users_install_imports_the_lab() -> None:
         for path in sources
     }
     assert {path: modules for path, modules in offenders.items() if modules} == {}
+
+
+def code_lines(path: Path) -> int:
+    """Non-blank lines that are not comments (docstrings count): `#` in Python, `//` and block comments in JavaScript."""
+    comment = ("//", "/*", "*") if path.suffix == ".js" else ("#",)
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith(comment))
+
+
+def test_the_lab_is_smaller_than_the_product_it_measures() -> None:
+    """Issue 44: the lab (`tome_bench`) by the same measure as the library, its host adapters and the WebUI's
+    script and JavaScript."""
+    lab = sum(code_lines(p) for p in (ROOT / "tome_bench").rglob("*.py"))
+    product = sum(code_lines(p) for name in (*SHIPPED, "scripts") for p in (ROOT / name).rglob("*.py"))
+    product += code_lines(ROOT / "javascript" / "tome.js")
+    assert lab < product, f"the lab has {lab} lines of code, the product {product}"
+
+
+def test_no_module_of_the_lab_is_over_600_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "tome_bench").glob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 600} == {}

@@ -108,7 +108,8 @@ def test_positional_args_without_presets_are_completed_with_custom(client: tuple
     # A list that reaches `preset` but stops before `hr_preset`: only that one is filled.
     given = [*tome_args(True)[:21], "fast"]
     assert post(http, {"args": given}).status_code == 200
-    assert json.loads(seen.pop())["alwayson_scripts"]["tome"]["args"] == [*given, "custom", "1", "1", False]
+    filled = tome_args(True)[len(given) + 1 :]  # the UI defaults of the args after hr_preset
+    assert json.loads(seen.pop())["alwayson_scripts"]["tome"]["args"] == [*given, "custom", *filled]
 
 
 def test_key_is_matched_case_insensitively(client: tuple[TestClient, list[Any]]) -> None:

@@ -258,7 +258,8 @@ def test_model_without_a_unet_gets_a_note_not_an_error() -> None:
     engine = forge.Engine(forge.NotAUNet())
     webui = forge.ForgeWebUI(engine, lazy=True)
     _, processed = webui.run(tome=custom_args())
-    assert processed.extra_generation_params[NOTE] == "not applied: Engine has no UNet to patch"
+    # A transformer of no family ToMe reduces: the core's words, naming its class.
+    assert processed.extra_generation_params[NOTE] == "not applied: NotAUNet is not a model ToMe patches"
     assert errors.reported == []
 
 

@@ -25,7 +25,7 @@ from webui_stub.harness import (
 )
 
 import tome_core
-from tome_core import FAMILIES, TomeConfig, field_specs, get_preset
+from tome_core import FAMILIES, TomeConfig, field_spec, field_specs, get_preset
 from tome_webui import infotext
 from tome_webui.params import (
     ARG_NAMES,
@@ -187,6 +187,26 @@ ratios = st.floats(0.0, 0.95, allow_nan=False)
 fractions = st.floats(0.0, 1.0, allow_nan=False)
 
 
+def windows(name: str) -> st.SearchStrategy[tuple[float, float]]:
+    """A (start, end) pair of the step or block window, each in its field's range, start before end."""
+    low, high = field_spec(f"{name}_start"), field_spec(f"{name}_end")
+    starts = st.floats(float(low.minimum or 0), min(float(low.maximum or 1), 0.9), allow_nan=False)
+    return starts.flatmap(
+        lambda start: st.tuples(
+            st.just(start), st.floats(max(start + 0.01, float(high.minimum or 0)), float(high.maximum or 1))
+        )
+    )
+
+
+#: The fields drawn in pairs, start before end.
+WINDOWS = {
+    "step_start": "step_window",
+    "step_end": "step_window",
+    "block_start": "block_window",
+    "block_end": "block_window",
+}
+
+
 @st.composite
 def jobs(draw: st.DrawFn) -> TomeJob:
     """Any job of the dict form: custom settings, or a preset with or without values laid over it."""
@@ -196,20 +216,19 @@ def jobs(draw: st.DrawFn) -> TomeJob:
             values[spec.name] = draw(st.booleans())
         elif spec.choices is not None:
             values[spec.name] = draw(st.sampled_from(spec.choices))
-        elif spec.kind is float and spec.name not in ("step_start", "step_end"):
+        elif spec.kind is float and spec.name not in WINDOWS:
             values[spec.name] = draw((st.none() if spec.optional else st.nothing()) | ratios)
         elif spec.optional:
             values[spec.name] = draw(st.none() | st.integers(0, 2**32 - 1))
         elif spec.kind is int:
             values[spec.name] = draw(st.integers(int(spec.minimum or 0), int(spec.maximum or 8)))
-    start, end = sorted(draw(st.lists(fractions, min_size=2, max_size=2, unique=True)))
-    values.update(step_start=start, step_end=end)
+    for window in ("step", "block"):  # each window's start before its end
+        start, end = draw(windows(window))
+        values.update({f"{window}_start": start, f"{window}_end": end})
     preset = draw(st.sampled_from(PRESET_CHOICES))
     if preset != "custom":
-        kept = draw(st.sets(st.sampled_from([*FIELD_NAMES, "step_window"]), max_size=3))
-        values = {
-            name: value for name, value in values.items() if (name if "step" not in name else "step_window") in kept
-        }
+        kept = draw(st.sets(st.sampled_from([*FIELD_NAMES, "step_window", "block_window"]), max_size=3))
+        values = {name: value for name, value in values.items() if WINDOWS.get(name, name) in kept}
         values["preset"] = preset
     hires = draw(
         st.sampled_from(["same", "off"])
@@ -264,6 +283,53 @@ def test_api_infotext_field_restores_typed_values(
     for value, component in zip(values, runners["txt2img"].inputs[1:], strict=True):
         assert type(value) is type(component.value)
     same_passes(resolve(values), job, family)
+
+
+DIT_FAMILIES = [family for family in tome_core.ALL_FAMILIES if family not in FAMILIES]
+strides = st.integers(2, 8)
+
+
+@st.composite
+def transformer_jobs(draw: st.DrawFn) -> TomeJob:
+    """Jobs a diffusion transformer runs: a preset as it is or with fields it runs laid over it, or custom keys/values
+    subsampling; the hires pass the same, off, at its own preset or with its own strides."""
+    preset = draw(st.sampled_from(PRESET_CHOICES))
+    values: dict[str, Any] = {"preset": preset, **({"mode": "kv"} if preset == "custom" else {})}
+    optional = {"sx": strides, "sy": strides, "st": st.integers(1, 4), "use_rand": st.booleans()}
+    values.update(draw(st.fixed_dictionaries({}, optional=optional)))
+    if draw(st.booleans()):
+        start, end = draw(windows("block"))
+        values.update(block_start=start, block_end=end)
+    hires = draw(
+        st.sampled_from(["same", "off"])
+        | st.fixed_dictionaries({"preset": st.sampled_from(PRESET_CHOICES)})
+        | st.fixed_dictionaries({}, optional={"sx": strides, "sy": strides})
+    )
+    try:
+        job = resolve([{**values, "hires": hires}])
+    except TomeArgsError as exc:  # strides that leave a preset's ratio nothing to merge on a UNet: not a job
+        assume("1 - 1/(sx*sy)" not in str(exc))
+        raise
+    assert job is not None
+    return job
+
+
+@given(job=transformer_jobs(), family=st.sampled_from(DIT_FAMILIES))
+def test_a_diffusion_transformers_infotext_pastes_back(
+    runners: dict[str, scripts.ScriptRunner], job: TomeJob, family: str
+) -> None:
+    """On Flux, Wan, ...: only the fields it runs are written (no max downsample, which means nothing there; the ratio
+    only for merged blocks), `ToMe mode` marks that ToMe ran, and pasting restores what ran."""
+    text = infotext_of(job, family)
+    params = parse_generation_parameters(text)
+    first = job.pass_config(False, family)
+    assert first is not None and params["ToMe mode"] == first.mode and "ToMe max downsample" not in params
+    assert ("ToMe ratio" in params) == (first.mode == "merge")
+    values = ui_paste(runners["txt2img"].infotext_fields, params)
+    assert values[0] is True and UNCHANGED not in values
+    same_passes(resolve(values), job, family)
+    typed = api_infotext(runners["txt2img"].infotext_fields, params)
+    same_passes(resolve(typed), job, family)
 
 
 def test_an_image_without_tome_turns_it_off(runners: dict[str, scripts.ScriptRunner]) -> None:

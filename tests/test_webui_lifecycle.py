@@ -290,9 +290,10 @@ def test_model_without_a_unet_is_reported_not_raised(models: dict[str, torch.nn.
     sd_models.load(webui.models["odd"], main=True)
     _, processed = webui.txt2img(custom_args())
     extra = json.loads(processed.js())["extra_generation_params"]
-    assert extra["ToMe note"] == "not applied: Linear has no UNet to patch"
+    # The core's words, naming the class (the log adds what ToMe does patch).
+    assert extra["ToMe note"] == "not applied: Linear is not a model ToMe patches"
     assert "ToMe error" not in extra
-    assert 'ToMe note: "not applied: Linear has no UNet to patch"' in processed.infotexts[0]
+    assert 'ToMe note: "not applied: Linear is not a model ToMe patches"' in processed.infotexts[0]
     assert errors.reported == []
 
 

@@ -1,22 +1,24 @@
 """The extension in a Forge Neo-shaped host (`webui_stub.neo`): Forge 2's order and model objects, Neo's own
-`apply_token_merging` (with its epsilon scaling), its engines without a UNet and its built-in Torch Compile Integrated,
-each as read from Neo's tree and seen running it (docs/hosts.md)."""
+`apply_token_merging` (with its epsilon scaling), its diffusion transformers (Flux, Flux.2, Chroma, Wan, Qwen-Image
+reduced; Lumina 2 / Z-Image and Anima named and left alone), its built-in Torch Compile Integrated and a step cache
+shaped like its Spectrum, each as read from Neo's tree and seen running it (docs/hosts.md)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import webui_stub  # noqa: F401  (puts the stand-in WebUI's modules on sys.path)
-from modules import errors, shared
+from modules import errors, sd_models, shared
 from webui_stub import forge, neo
 from webui_stub.harness import custom_args, tome_args
 
 import tome_core
-from tome_core import TomeConfig
-from tome_webui import hosts
+from tome_core import TomeConfig, get_preset
+from tome_webui import hosts, ui
 
 FIRST = TomeConfig(ratio=0.5)
 NOTE = "ToMe note"
@@ -98,15 +100,141 @@ def test_builtin_applied_anyway_is_taken_off_without_the_epsilon_scaling(
     assert processed.extra_generation_params["ToMe builtin"] == "disabled"
 
 
-@pytest.mark.parametrize("model", neo.TRANSFORMER_ENGINES, ids=lambda m: m.__name__)
-def test_model_without_a_unet_gets_a_note_and_the_host_image(model: type[neo.Flux]) -> None:
+# ---------------------------------------------------------------------------------------------- transformers
+
+#: The family each reduced engine's presets resolve for: Neo builds Flux.2 with its Flux.1 class, the adapter knows.
+FAMILY = {neo.Flux: "flux", neo.Flux2: "flux2", neo.Chroma: "chroma", neo.Wan: "wan", neo.QwenImage: "qwen"}
+#: Forge Neo's Qwen-Image takes the Wan VAE's [B, C, 1, H, W] latent, which the core's Forge Neo layout does not
+#: read yet (it reads [B, C, H, W]): /work/briefs/webui-needs.md. Remove the mark when the core reads it.
+QWEN_5D = pytest.mark.xfail(
+    reason="tome_core's Forge Neo Qwen-Image layout reads a 4-D latent; Neo's is 5-D (webui-needs.md)", strict=True
+)
+REDUCED = [pytest.param(e, marks=QWEN_5D) if e is neo.QwenImage else e for e in neo.REDUCED_ENGINES]
+
+
+def module_of(engine: Any) -> torch.nn.Module:
+    return engine.forge_objects.unet.model.diffusion_model
+
+
+def equal_outputs(a: Any, b: Any) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.sampler.outputs(), b.sampler.outputs(), strict=True))
+
+
+@pytest.mark.parametrize("model", REDUCED, ids=lambda m: m.__name__)
+def test_a_diffusion_transformer_is_reduced_in_both_passes(model: type[neo.Flux]) -> None:
+    """Flux, Flux.2, Chroma, Wan, Qwen-Image: the preset resolved for the engine's family in the first and the hires
+    pass, every block it selects reduced (no note), the image changed, the infotext in the transformer's fields,
+    nothing left patched."""
     engine = model()
+    base, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run(enable_hr=True, steps=2)
+    webui = neo.NeoWebUI(engine, lazy=True)
+    p, processed = webui.run(tome=tome_args(preset="balanced"), enable_hr=True, steps=2)
+    expected = get_preset("balanced").config(FAMILY[model])
+    assert [(r.pass_name, r.config) for r in p.sampler.records] == [("first", expected)] * 2 + [("hires", expected)] * 2
+    params = processed.extra_generation_params
+    assert NOTE not in params and errors.reported == []
+    assert params["ToMe preset"] == "balanced" and params["ToMe mode"] == "kv"
+    assert params["ToMe start at block"] == repr(expected.block_start) and "ToMe ratio" not in params
+    assert not equal_outputs(p, base)
+    assert not tome_core.is_patched(module_of(engine))
+    off, processed = webui.run(tome=tome_args(False), enable_hr=True, steps=2)
+    assert equal_outputs(off, base) and not any(key.startswith("ToMe") for key in processed.extra_generation_params)
+
+
+@pytest.mark.parametrize("model", neo.UNHANDLED_ENGINES, ids=lambda m: m.__name__)
+def test_a_transformer_tome_does_not_reduce_is_named_and_runs_unchanged(
+    model: type[neo.Flux], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lumina 2 / Z-Image (`NextDiT`) and Anima: never a silent no-op. The note names the class in the core's words,
+    the log adds what ToMe does patch, and the image is the host's."""
+    engine = model()
+    name = type(module_of(engine)).__name__
     p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run()
     webui = neo.NeoWebUI(engine, lazy=True)
+    with caplog.at_level(logging.WARNING, logger="tome"):
+        p, processed = webui.run(tome=custom_args())
+    assert processed.extra_generation_params[NOTE] == f"not applied: {name} is not a model ToMe patches"
+    logged = [r.message for r in caplog.records]
+    assert any(f"not applied: {name} is not a model ToMe patches: it patches" in line for line in logged)
+    assert equal_outputs(p0, p) and errors.reported == []
+
+
+@pytest.mark.parametrize("model", neo.TRANSFORMER_ENGINES, ids=lambda m: m.__name__)
+def test_the_loaded_family_is_the_engines(model: type[neo.Flux]) -> None:
+    """The hint under Speed speaks of the loaded transformer's family (Flux.2 included); none for one ToMe does not
+    reduce."""
+    engine = model()
+    neo.NeoWebUI(engine, lazy=False)
+    assert sd_models.model_data.sd_model is engine
+    assert ui.loaded_family() == FAMILY.get(model)
+    assert hosts.host_of(engine).unet(engine) is (module_of(engine) if model in FAMILY else None)
+
+
+def test_custom_settings_a_transformer_cannot_run_are_refused_in_the_note() -> None:
+    """The custom controls' defaults (ToMe's merge at ratio 0.5): the core refuses them for a DiT, whose merged blocks
+    merge whole cells; the note gives its message, the image is the host's; keys/values subsampling as Custom runs."""
+    engine = neo.Flux()
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run()
+    webui = neo.NeoWebUI(engine, lazy=False)
     p, processed = webui.run(tome=custom_args())
-    assert processed.extra_generation_params[NOTE] == f"not applied: {model.__name__} has no UNet to patch"
-    assert all(torch.equal(a, b) for a, b in zip(p0.sampler.outputs(), p.sampler.outputs(), strict=True))
-    assert errors.reported == []
+    module = module_of(engine)
+    with pytest.raises(ValueError) as refused:
+        tome_core.dit.check_config(TomeConfig(), type(module).__name__, tome_core.find_layout(module), module)
+    assert processed.extra_generation_params[NOTE] == f"not applied: {refused.value}"
+    assert equal_outputs(p0, p) and not tome_core.is_patched(module_of(engine))
+    kv, processed = webui.run(tome=custom_args(mode="kv", sx=2, sy=2))
+    assert NOTE not in processed.extra_generation_params and not equal_outputs(p0, kv)
+    assert {r.config for r in kv.sampler.records} == {TomeConfig(mode="kv", sx=2, sy=2)}
+
+
+def test_another_attention_kernel_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neo on a CPU (or with SageAttention, FlashAttention, xformers) does not call PyTorch's SDPA, where ToMe
+    subsamples keys/values: the blocks are planned and not reached, the note says so, the image is the host's."""
+    import backend.attention
+
+    monkeypatch.setattr(backend.attention, "attention_function", backend.attention.attention_basic)
+    engine = neo.Flux()
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run(steps=2)
+    p, processed = neo.NeoWebUI(engine, lazy=False).run(tome=tome_args(preset="quality"), steps=2)
+    note = processed.extra_generation_params[NOTE]
+    assert note.startswith("subsampled keys/values in 0 of ") and "--use-pytorch-cross-attention" in note
+    assert equal_outputs(p0, p)
+
+
+def test_failed_generation_leaves_the_transformer_clean_for_the_next() -> None:
+    engine = neo.Flux()
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run()
+    webui = neo.NeoWebUI(engine, lazy=False)
+    p = webui.make_p("txt2img", tome_args(preset="fastest"), sampler=neo.NeoSampler(fail_at=("first", 1)))
+    with pytest.raises(RuntimeError):
+        forge.process_images(p, to_load=engine)
+    assert tome_core.is_patched(module_of(engine))  # postprocess did not run, as in the host
+    off, _ = neo.NeoWebUI(engine, lazy=False).run(tome=tome_args(False))
+    assert not tome_core.is_patched(module_of(engine)) and equal_outputs(p0, off)
+
+
+# ---------------------------------------------------------------------------------------------- Spectrum
+
+
+def test_spectrum_and_tome_compose() -> None:
+    """Neo's step cache wraps the model call on a clone of the patcher (before ours, a built-in) and skips the model
+    on the steps it forecasts: ToMe reduces the steps that run, says nothing is missing, and leaves Spectrum's own
+    image when off."""
+    engine = neo.Flux()
+    steps, spectrum = 6, (True, 2, 1)
+    alone = neo.NeoWebUI(engine, extension=False, lazy=False)
+    cached, _ = alone.run(steps=steps, spectrum=spectrum)
+    assert alone.spectrum.forecasts > 0 and alone.spectrum.calls < steps * 1
+    webui = neo.NeoWebUI(engine, lazy=False)
+    both, processed = webui.run(tome=tome_args(preset="balanced"), steps=steps, spectrum=spectrum)
+    assert NOTE not in processed.extra_generation_params and errors.reported == []
+    assert webui.spectrum.forecasts == alone.spectrum.forecasts and webui.spectrum.calls == alone.spectrum.calls
+    assert not equal_outputs(both, cached)
+    off, _ = webui.run(tome=tome_args(False), steps=steps, spectrum=spectrum)
+    assert equal_outputs(off, cached) and not tome_core.is_patched(module_of(engine))
+    # Spectrum forecasts from what ToMe's steps returned: the same as ToMe alone on the steps both run
+    plain, _ = webui.run(tome=tome_args(preset="balanced"), steps=steps)
+    assert torch.equal(plain.sampler.outputs()[0], both.sampler.outputs()[0])
 
 
 def test_off_is_bitwise_the_host_without_the_extension(engine: neo.StableDiffusion) -> None:
@@ -208,3 +336,23 @@ def test_torch_compile_disabled_in_the_same_generation_merges(engine: neo.Stable
     assert NOTE not in processed.extra_generation_params
     assert [r.config for r in p.sampler.records] == [FIRST, FIRST]
     assert not tome_core.is_patched(engine.forge_objects.unet.model.diffusion_model)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_torch_compile_integrated_reduces_a_transformer() -> None:
+    """Neo's compile wrapper around its Flux transformer: the patch goes on the module it wraps, the wrapper traces
+    once more and runs reduced (close to the eager reduced image); a second generation compiles nothing; off gives
+    the compiled image without ToMe again."""
+    engine = neo.Flux()
+    webui = neo.NeoWebUI(engine, lazy=False)
+    eager, _ = webui.run(tome=tome_args(preset="fast"), steps=2)
+    without, _ = webui.run(tome=tome_args(False), compile_preset="guard_filter_fn", steps=2)
+    assert is_compiled(engine)
+    reduced, processed = webui.run(tome=tome_args(preset="fast"), steps=2)
+    assert NOTE not in processed.extra_generation_params and close(reduced, eager)
+    assert not torch.equal(outputs(reduced)[-1], outputs(without)[-1])
+    graphs = webui.graphs.graphs
+    again, _ = webui.run(tome=tome_args(preset="fast"), steps=2)
+    assert webui.graphs.graphs == graphs and equal(again, reduced)
+    off, _ = webui.run(tome=tome_args(False), steps=2)
+    assert equal(off, without) and not tome_core.is_patched(module_of(engine)) and errors.reported == []

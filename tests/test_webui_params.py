@@ -49,6 +49,9 @@ DOCUMENTED_ORDER = (
     "mlp_min_downsample",
     "min_downsample",
     "pool_kv",
+    "st",
+    "block_start",
+    "block_end",
 )
 DOCUMENTED_IMG2IMG_ORDER = (
     *DOCUMENTED_ORDER[:14],
@@ -58,6 +61,9 @@ DOCUMENTED_IMG2IMG_ORDER = (
     "mlp_min_downsample",
     "min_downsample",
     "pool_kv",
+    "st",
+    "block_start",
+    "block_end",
 )
 
 #: Valid first-pass args (the first 14 of both tabs), to put a bad hires value after.
@@ -69,7 +75,7 @@ TAIL = ["same", 0.5, "auto", 2, 2, -1, False]
 
 def full(*, preset: str = "custom", hr_preset: str = "custom", **values: Any) -> list[Any]:
     """A full txt2img list as the UI sends it, custom by default."""
-    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset, 1, 1, False], strict=True))
+    named = dict(zip(ARG_NAMES, [*VALID, *TAIL, preset, hr_preset, 1, 1, False, 1, 0.0, 1.0], strict=True))
     named.update(values)
     return [named[name] for name in ARG_NAMES]
 
@@ -83,15 +89,15 @@ def test_positional_order_is_the_documented_one() -> None:
     assert IMG2IMG_ARG_NAMES == DOCUMENTED_IMG2IMG_ORDER
     assert set(ARG_NAMES) >= {s.name for s in field_specs()}
     doc = " ".join((params.__doc__ or "").split())
-    groups = [(0, 1), (1, 14), (14, 19), (19, 23), (23, 24), (24, 26)]
+    groups = [(0, 1), (1, 14), (14, 19), (19, 23), (23, 24), (24, 26), (26, 29)]
     table = " ".join(
         f"{start if end == start + 1 else f'{start}-{end - 1}'} {', '.join(DOCUMENTED_ORDER[start:end])}"
         for start, end in groups
     )
     assert table in doc
     assert (
-        "0 enabled, 1-13 the same fields, 14-19 mlp_ratio, share_plan, preset, mlp_min_downsample, min_downsample,"
-        " pool_kv" in doc
+        "0 enabled, 1-13 the same fields, 14-22 mlp_ratio, share_plan, preset, mlp_min_downsample, min_downsample,"
+        " pool_kv, st, block_start, block_end" in doc
     )
 
 
@@ -255,7 +261,7 @@ def test_dict_form_with_presets(family: str) -> None:
             "preset (args[21]) must be one of 'quality', 'balanced', 'fast', 'fastest', 'custom', got 'turbo'",
         ),
         (full(hr_preset=""), "hr_preset (args[22]) must be one of 'quality'"),
-        ([True] * 27, "args has 27 values, at most 26 allowed"),
+        ([0.0] * (len(ARG_NAMES) + 1), f"args has {len(ARG_NAMES) + 1} values, at most {len(ARG_NAMES)} allowed"),
         ([{"ratio": 5}], "ratio must be a number in [0, 0.95], got 5"),
         ([{"sx": "two"}], "sx must be an integer in [1, 8], got 'two'"),
         ([{"foo": 1}], "args[0] has unknown field(s) 'foo'; allowed: enabled, preset, ratio"),
@@ -292,7 +298,7 @@ def test_img2img_positions_are_its_own() -> None:
         validate_request_args([*VALID, "same"], is_img2img=True)
     with pytest.raises(TomeArgsError, match=r"preset \(args\[16\]\) must be one of"):
         validate_request_args([*VALID, -1, False, "own"], is_img2img=True)
-    with pytest.raises(TomeArgsError, match="at most 20 allowed"):
+    with pytest.raises(TomeArgsError, match=f"at most {len(IMG2IMG_ARG_NAMES)} allowed"):
         validate_request_args(full(), is_img2img=True)
     validate_request_args([*VALID, 0.5, True, "fast"], is_img2img=True)
     # a dict's hires settings are checked in img2img too (one dict for both tabs), and unused there
@@ -324,7 +330,7 @@ def test_after_a_dict_only_the_webui_defaults_may_follow() -> None:
         resolve([{"preset": "fast"}, *filled[1:14], "off"])
     with pytest.raises(TomeArgsError, match=r"got use_rand \(args\[5\]\) too"):
         resolve([{"preset": "fast"}, *filled[1:5], 1])  # 1 is not the checkbox's True
-    with pytest.raises(TomeArgsError, match="got 27 values"):
+    with pytest.raises(TomeArgsError, match=f"got {len(ARG_NAMES) + 1} values"):
         validate_request_args([{"preset": "fast"}, *filled[1:], 0])
 
 

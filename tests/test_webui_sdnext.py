@@ -59,6 +59,8 @@ def test_adapter_takes_the_unet_of_a_pipeline_and_none_of_a_transformer_pipeline
     assert host.name == "sdnext"
     assert host.unet(pipe) is pipe.unet
     assert hosts.unet_of(sdnext.TransformerPipeline()) is None
+    flux = sdnext.FluxPipeline()
+    assert hosts.unet_of(flux) is flux.transformer
     assert hosts.host_of(sdnext.TransformerPipeline()).name == "sdnext"
 
 
@@ -204,15 +206,37 @@ def test_invalid_api_args_leave_tome_off_with_the_error_in_the_infotext(pipe: sd
 
 
 def test_pipeline_without_a_unet_gets_a_note_and_runs_unchanged(caplog: pytest.LogCaptureFixture) -> None:
+    """A transformer of a class ToMe does not reduce: the note names it in the core's words, the log once more with
+    what ToMe does patch."""
     webui = sdnext.SDNextWebUI(sdnext.TransformerPipeline())
     with caplog.at_level(logging.WARNING, logger="tome"):
         _, processed = webui.run(tome=custom_args(), enable_hr=True)
     assert processed is not None
-    assert processed.extra_generation_params[NOTE] == "not applied: TransformerPipeline has no UNet to patch"
-    assert [r.message for r in caplog.records] == [
-        f"ToMe {tome_core.__version__}: not applied: TransformerPipeline has no UNet to patch"
-    ]
+    assert processed.extra_generation_params[NOTE] == "not applied: Linear is not a model ToMe patches"
+    head = f"ToMe {tome_core.__version__}: not applied: Linear is not a model ToMe patches"
+    full, note = [r.message for r in caplog.records]
+    assert full.startswith(f"{head}: it patches UNets") and note == head
     assert errors.reported == []
+
+
+def test_a_flux_pipeline_is_reduced_through_its_transformer() -> None:
+    """SD.Next with a diffusers Flux pipeline: the adapter hands `pipeline.transformer` to the core, the preset
+    resolves for Flux.1, both passes run reduced (the hires pass through the image-to-image pipeline made from the
+    base one), nothing is left, and off is bitwise the pipeline without ToMe."""
+    pipe = sdnext.FluxPipeline()
+    base = sdnext.SDNextWebUI(pipe, extension=False)
+    alone, _ = base.run(enable_hr=True, steps=2)
+    webui = sdnext.SDNextWebUI(pipe)
+    p, processed = webui.run(tome=tome_args(preset="fast"), enable_hr=True, steps=2)
+    fast = tome_core.get_preset("fast").config("flux")
+    assert sdnext.passes(p) == {(0, "first"): fast, (0, "hires"): fast}
+    assert processed is not None and NOTE not in processed.extra_generation_params
+    assert processed.extra_generation_params["ToMe preset"] == "fast"
+    assert "ToMe ratio" not in processed.extra_generation_params
+    assert not all(torch.equal(a, b) for a, b in zip(sdnext.outputs(alone), sdnext.outputs(p), strict=True))
+    assert clean(pipe.transformer) and errors.reported == []
+    off, _ = webui.run(tome=tome_args(False), enable_hr=True, steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(sdnext.outputs(alone), sdnext.outputs(off), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------- no leaks

@@ -21,7 +21,7 @@ import tome_core
 import tome_webui
 from tome_bench import archs
 from tome_core import DEFAULT_PRESET, FAMILIES, TomeConfig, field_specs, get_preset, presets
-from tome_core.presets import preset_details, preset_hint, unmerged_levels
+from tome_core.words import preset_hint, unmerged_levels
 from tome_webui import ui
 from tome_webui.params import ARG_NAMES, IMG2IMG_ARG_NAMES, UI_PRESET_DEFAULT, defaults, ui_value
 
@@ -150,16 +150,19 @@ def tooltip(note: str) -> str:
 
 @pytest.mark.parametrize("name", [p.name for p in presets()])
 def test_note_for_a_preset_speaks_the_users_words(name: str) -> None:
-    """The note says what the preset gains and changes (tome_core.presets.preset_hint, from Preset.gpu, Preset.cpu
-    and Preset.fidelity), for the loaded model's family alone when it is known; what it runs is in the tooltip."""
+    """The note says what the preset gains and changes (tome_core.words.preset_hint, from the speed table and
+    Preset.fidelity), for the loaded model's family alone when it is known; what it runs is in the tooltip."""
     unknown = ui.note_html({"preset": name, "ratio": 0.37}, is_img2img=True)
     assert preset_hint(name) in visible_text(unknown)
-    assert tooltip(unknown) == preset_details(name)
+    assert tooltip(unknown) == "\n".join(ui.preset_tooltip(name, None))
     assert unknown == ui.note_html({"preset": name}, is_img2img=True)  # the hidden custom ratio is not what runs
     for family, other in (("sd", "SDXL"), ("sdxl", "SD1/SD2")):
         loaded = ui.note_html({"preset": name}, is_img2img=True, family=family)
         assert preset_hint(name, family) in visible_text(loaded) and other not in visible_text(loaded)
-        assert tooltip(loaded) == preset_details(name, family)
+        assert tooltip(loaded) == "\n".join(ui.preset_tooltip(name, family))
+        assert tooltip(loaded).startswith(
+            f"{ui.FAMILY_LABELS[family]}: {ui.describe(get_preset(name).config(family), family)}"
+        )
     assert "Hires pass" not in ui.note_html({"preset": name, "hr_mode": "same"}, is_img2img=False)
     # Too small to merge at some level: said, for the size the page sent
     page = ui.PageValues.from_json(json.dumps({"width": 64, "height": 64, "send": 1}))
@@ -172,7 +175,7 @@ def test_note_for_the_hires_pass_with_presets() -> None:
     own = ui.note_html({"preset": "quality", "hr_mode": "own", "hr_preset": "fastest"}, is_img2img=False)
     assert f"Hires pass, Fastest: {preset_hint('fastest')}" in visible_text(own)
     assert tooltip(own) == "\n".join(
-        [preset_details("quality"), *(f"Hires pass, {line}" for line in preset_details("fastest").splitlines())]
+        [*ui.preset_tooltip("quality", None), *(f"Hires pass, {line}" for line in ui.preset_tooltip("fastest", None))]
     )
     custom = ui.note_html(
         {"preset": "fast", "hr_mode": "own", "hr_preset": "custom", "hr_ratio": 0.7, "hr_max_downsample": "1"},

@@ -1,52 +1,62 @@
-"""The benchmark of tome_core: one UNet step, or whole generations, unpatched vs. ours vs. the alternatives,
-interleaved in one process.
+"""The lab of tome_core: `python -m tome_bench <job> [its options]`, each job a module with its own options
+(`python -m tome_bench <job> --help`).
 
-    python -m tome_bench          # the main job (make bench): every preset on SD1.5 and SDXL, tomesd, the GPU
-                                  # estimate; ~20 min on 2 cores, on the GPU in fp16 where CUDA is available
-    python -m tome_bench --gpu-estimate   # only what each preset is expected to gain on a GPU (no timing)
-    python -m tome_bench --compare        # ours at ratio 0.5 beside tomesd, SD1.5 at 512 and 1024 px
-    python -m tome_bench --full   # ratios 0.3/0.5/0.7, 3 timed runs after a warm-up round (default on cuda)
-    python -m tome_bench --quick  # smoke test: 256 px, ratio 0.5, 1 timed run
-    python -m tome_bench --device cuda --dtype fp16 --arch sd15,sdxl --sizes 1024,2048 --ours kv:mode=kv
-    python -m tome_bench --steps 10 --peers all --presets all     # whole generations beside every peer
-    python -m tome_bench --steps 10 --strength 0.5 --sizes 1024   # a hires-style pass: the last 5 of 10 steps
-    python -m tome_bench --checkpoint FILE --images   # your checkpoint, unpatched and at each preset: a labelled grid
-    python -m tome_bench --gpu-job                    # the GPU session's job (profiles, wall clocks, compiled modes)
+    python -m tome_bench              # main: every preset on SD1.5 and SDXL beside the unpatched UNet and tomesd,
+                                      # the GPU estimate and the stand-ins' change (make bench; ~20 min on 2 cores,
+                                      # on the GPU in fp16 where CUDA is available)
+    python -m tome_bench compare      # ours at --ratios (--set, --ours) beside tomesd, one UNet call each
+    python -m tome_bench peers --steps 10 --peers all --presets all   # whole generations beside every peer
+    python -m tome_bench fidelity     # the presets beside tomesd's and ToDo's defaults on the stand-ins
+    python -m tome_bench estimate     # what each preset is expected to gain on a GPU (--write: the speed table)
+    python -m tome_bench gpu-job      # on a GPU: busy time, wall clocks eager/compiled/CUDA graphs, memory
+    python -m tome_bench calibrate OUT/gpu.json --fit    # the GPU estimate's cost model fitted to a GPU job
+    python -m tome_bench images --checkpoint FILE         # your checkpoint, unpatched and at each preset: a grid
 
-For every architecture and size the per-call mode times one UNet call with batch 2 (cond + uncond, as a sampler
-does) for the unpatched baseline and, at each ratio, `tome_core.apply_patch` with the config under test and
-`tomesd.apply_patch(unet, ratio=r)` with tomesd's defaults (the main job: at each preset of
-`tome_core.presets()`); `--steps N` times whole generations of a diffusers pipeline instead. The variants run
-round-robin within each repetition (so clock or thermal drift affects all of them alike) after a warm-up round
-(--compare: one untimed baseline call instead; the main job: an untimed round on the natural latent); a patch is removed right
-after its variant ran and the baseline output is checked to be bitwise identical afterwards. Reported: the
-median time (`--clock wall` or `cpu`), speed-up over baseline, peak memory and the output deviation
-||out - base|| / ||base||. Writes a markdown report, a JSON file and a plot of speed-up against deviation to --out.
+Shared once: `options` (the options, `Options`, result rows, the spread), `run` (variants, round-robin rounds,
+one UNet call), `generate` (pipelines and whole generations), `timing` (the timed call and the clocks), `report`
+(tables, plot, reports), `archs` (the SD1.5/SDXL configs, random weights, checkpoints, inputs), `ops` (the aten
+operation counter), `gpu_estimate` (the meta trace and the cost model), `standin` (trained-like attention).
+Weights are random unless a checkpoint is named; tomesd and the other peers are optional. The library never
+imports this package, and importing it loads nothing but this file.
 
-Weights are random (see `tome_bench.archs`) unless --checkpoint names a real .safetensors file; inputs are
-seeded random latents and text states. tomesd and the other peers are optional: one that is not installed gets a
-note or a row saying why.
-
-Modules: `cli` (options and `main`), `options` (the parsed options and result rows every module shares), `run`
-(variants, timing of one call, the merge overhead on the product's path), `generate` (whole generations), `images`
-(a checkpoint's decoded images in a grid), `peers`, `report` (tables, plot, reports, JSON), `timing` (the timed call,
-the clocks, the timing lock), `gpu_estimate` (the meta-device trace and GPU cost model), `gpu_table` (its table
-beside the CPU figures) and `calibrate` (its fit to GPU profiles), `gpu_job` (the GPU job), `ops` (the aten op
-counter the core's tests use too) and `archs` (the SD1.5/SDXL UNet configs, random weights, checkpoint loading,
-inputs). Progress is tqdm's; FLOPs are `torch.utils.flop_counter`'s, repeated small timings `torch.utils.benchmark`'s.
-
-This package is not part of the library: `import tome_core` never loads it, nor does the extension. Importing
-`tome_bench` itself loads nothing but this file, so that `tome_bench.ops` and `tome_bench.archs` come without
-the command line, the reports and the peers.
+The spellings before the jobs (`--gpu-job`, `--fidelity`, `--gpu-estimate`, `--images`, `--steps N`, `--compare`
+and the options that picked variants) still reach the same jobs.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Sequence
+
+#: Job name -> its module.
+JOBS = {
+    "main": "bench",
+    "compare": "compare",
+    "peers": "peers",
+    "fidelity": "fidelity",
+    "estimate": "estimate",
+    "gpu-job": "gpu_job",
+    "calibrate": "calibrate",
+    "images": "images",
+}
+#: The flags that chose a job before the jobs (dropped: they name it), and those that still pick one (kept).
+_NAMED = {"--gpu-job": "gpu-job", "--fidelity": "fidelity", "--gpu-estimate": "estimate", "--images": "images"}
+_PICKS = {"--steps": "peers", "--compare": "compare", "--quick": "compare", "--ratios": "compare"}
+_PICKS |= {"--variants": "compare", "--set": "compare", "--ours": "compare"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark with `argv` (default: the command line); the exit status, 0 when every check passed."""
-    from tome_bench.cli import main as cli_main
-
-    return cli_main(argv)
+    """Run a job with `argv` (default: the command line); its exit status, 0 when every check passed."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    job = args.pop(0) if args and args[0] in JOBS else None
+    for flag, name in _NAMED.items():
+        if job is None and flag in args:
+            job = name
+            args.remove(flag)
+    job = job or next((_PICKS[a.split("=")[0]] for a in args if a.split("=")[0] in _PICKS), "main")
+    args = [a for a in args if a != "--compare"]
+    return importlib.import_module(f"tome_bench.{JOBS[job]}").main(args) or 0

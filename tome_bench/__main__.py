@@ -1,7 +1,7 @@
-"""`python -m tome_bench [options]`: see `python -m tome_bench --help`."""
+"""`python -m tome_bench [job] [options]`: see `python -m tome_bench --help`."""
 
 import sys
 
-from tome_bench.cli import main
+from tome_bench import main
 
 sys.exit(main())

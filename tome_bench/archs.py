@@ -19,92 +19,48 @@ from torch import nn
 #: diffusers `UNet2DConditionModel` keyword arguments of Stable Diffusion 1.5
 #: (runwayml/stable-diffusion-v1-5, unet/config.json).
 SD15_CONFIG: dict[str, Any] = {
-    "sample_size": 64,
-    "in_channels": 4,
-    "out_channels": 4,
-    "center_input_sample": False,
-    "flip_sin_to_cos": True,
+    "sample_size": 64, "in_channels": 4, "out_channels": 4, "center_input_sample": False, "flip_sin_to_cos": True,
     "freq_shift": 0,
     "down_block_types": ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
     "mid_block_type": "UNetMidBlock2DCrossAttn",
     "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-    "only_cross_attention": False,
-    "block_out_channels": (320, 640, 1280, 1280),
-    "layers_per_block": 2,
-    "downsample_padding": 1,
-    "mid_block_scale_factor": 1,
-    "act_fn": "silu",
-    "norm_num_groups": 32,
-    "norm_eps": 1e-5,
-    "cross_attention_dim": 768,
-    "attention_head_dim": 8,
-    "use_linear_projection": False,
-}
+    "only_cross_attention": False, "block_out_channels": (320, 640, 1280, 1280), "layers_per_block": 2,
+    "downsample_padding": 1, "mid_block_scale_factor": 1, "act_fn": "silu", "norm_num_groups": 32,
+    "norm_eps": 1e-5, "cross_attention_dim": 768, "attention_head_dim": 8, "use_linear_projection": False,
+}  # fmt: skip
 
 #: diffusers `UNet2DConditionModel` keyword arguments of SDXL base 1.0
 #: (stabilityai/stable-diffusion-xl-base-1.0, unet/config.json).
 SDXL_CONFIG: dict[str, Any] = {
-    "sample_size": 128,
-    "in_channels": 4,
-    "out_channels": 4,
-    "center_input_sample": False,
-    "flip_sin_to_cos": True,
-    "freq_shift": 0,
-    "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+    "sample_size": 128, "in_channels": 4, "out_channels": 4, "center_input_sample": False, "flip_sin_to_cos": True,
+    "freq_shift": 0, "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
     "mid_block_type": "UNetMidBlock2DCrossAttn",
-    "up_block_types": ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
-    "only_cross_attention": False,
-    "block_out_channels": (320, 640, 1280),
-    "layers_per_block": 2,
-    "downsample_padding": 1,
-    "mid_block_scale_factor": 1,
-    "act_fn": "silu",
-    "norm_num_groups": 32,
-    "norm_eps": 1e-5,
-    "cross_attention_dim": 2048,
-    "transformer_layers_per_block": (1, 2, 10),
-    "attention_head_dim": (5, 10, 20),
-    "use_linear_projection": True,
-    "addition_embed_type": "text_time",
-    "addition_time_embed_dim": 256,
+    "up_block_types": ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"), "only_cross_attention": False,
+    "block_out_channels": (320, 640, 1280), "layers_per_block": 2, "downsample_padding": 1,
+    "mid_block_scale_factor": 1, "act_fn": "silu", "norm_num_groups": 32, "norm_eps": 1e-5,
+    "cross_attention_dim": 2048, "transformer_layers_per_block": (1, 2, 10), "attention_head_dim": (5, 10, 20),
+    "use_linear_projection": True, "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
     "projection_class_embeddings_input_dim": 2816,
-}
+}  # fmt: skip
 
 #: A very small SD1-like UNet (attention at full resolution, one downsample) for fast tests.
 TINY_CONFIG: dict[str, Any] = {
-    "sample_size": 16,
-    "in_channels": 4,
-    "out_channels": 4,
-    "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
-    "mid_block_type": "UNetMidBlock2DCrossAttn",
-    "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
-    "block_out_channels": (32, 64),
-    "layers_per_block": 1,
-    "norm_num_groups": 8,
-    "cross_attention_dim": 32,
-    "attention_head_dim": 4,
-}
+    "sample_size": 16, "in_channels": 4, "out_channels": 4,
+    "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"), "mid_block_type": "UNetMidBlock2DCrossAttn",
+    "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"), "block_out_channels": (32, 64), "layers_per_block": 1,
+    "norm_num_groups": 8, "cross_attention_dim": 32, "attention_head_dim": 4,
+}  # fmt: skip
 
 
 #: A very small SDXL-like UNet (no attention at full resolution, text_time conditioning) for fast tests.
 TINY_XL_CONFIG: dict[str, Any] = {
-    "sample_size": 16,
-    "in_channels": 4,
-    "out_channels": 4,
-    "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D"),
-    "mid_block_type": "UNetMidBlock2DCrossAttn",
-    "up_block_types": ("CrossAttnUpBlock2D", "UpBlock2D"),
-    "block_out_channels": (32, 64),
-    "layers_per_block": 1,
-    "norm_num_groups": 8,
-    "cross_attention_dim": 32,
-    "transformer_layers_per_block": (1, 2),
-    "attention_head_dim": (2, 4),
-    "use_linear_projection": True,
-    "addition_embed_type": "text_time",
-    "addition_time_embed_dim": 8,
-    "projection_class_embeddings_input_dim": 16 + 6 * 8,
-}
+    "sample_size": 16, "in_channels": 4, "out_channels": 4,
+    "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D"), "mid_block_type": "UNetMidBlock2DCrossAttn",
+    "up_block_types": ("CrossAttnUpBlock2D", "UpBlock2D"), "block_out_channels": (32, 64), "layers_per_block": 1,
+    "norm_num_groups": 8, "cross_attention_dim": 32, "transformer_layers_per_block": (1, 2),
+    "attention_head_dim": (2, 4), "use_linear_projection": True, "addition_embed_type": "text_time",
+    "addition_time_embed_dim": 8, "projection_class_embeddings_input_dim": 16 + 6 * 8,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,21 +76,20 @@ class Arch:
     pooled_dim: int = 0
     #: Native resolution in pixels.
     native_size: int = 512
+    #: The family the library resolves presets for ("sd": SD1.x/SD2.x, "sdxl"), and the batch of one sampler call.
+    family: str = "sd"
+    batch: int = 2
+    #: Square sizes (px) of the speed table the library reads (`estimate.speed_table`); none for the test UNets.
+    table_sizes: tuple[int, ...] = ()
 
 
 ARCHS: dict[str, Arch] = {
-    "sd15": Arch("sd15", "SD1.5", SD15_CONFIG, context_dim=768, native_size=512),
-    "sdxl": Arch("sdxl", "SDXL", SDXL_CONFIG, context_dim=2048, text_time=True, pooled_dim=1280, native_size=1024),
-    "tiny": Arch("tiny", "tiny SD1-like (tests)", TINY_CONFIG, context_dim=32, native_size=128),
-    "tiny-xl": Arch(
-        "tiny-xl",
-        "tiny SDXL-like (tests)",
-        TINY_XL_CONFIG,
-        context_dim=32,
-        text_time=True,
-        pooled_dim=16,
-        native_size=128,
+    "sd15": Arch("sd15", "SD1.5", SD15_CONFIG, 768, table_sizes=(512, 640, 768, 896, 1024, 1280, 1536)),
+    "sdxl": Arch(
+        "sdxl", "SDXL", SDXL_CONFIG, 2048, True, 1280, 1024, family="sdxl", table_sizes=(768, 1024, 1280, 1536, 2048)
     ),
+    "tiny": Arch("tiny", "tiny SD1-like (tests)", TINY_CONFIG, context_dim=32, native_size=128),
+    "tiny-xl": Arch("tiny-xl", "tiny SDXL-like (tests)", TINY_XL_CONFIG, 32, True, 16, 128, family="sdxl"),
 }
 
 #: Latent channels and the VAE's downsampling factor (8 px per latent cell) of every SD UNet here.

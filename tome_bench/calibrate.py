@@ -1,7 +1,7 @@
 """Fit `gpu_estimate.GpuSpec` to GPU kernel profiles and report the estimate's error against each.
 
 A profile gives per (arch, size, variant) the GPU busy time of one UNet call and the device time per aten
-operation: `python -m tome_bench --gpu-job` writes OUT/gpu.json ({"device", "rows"}; each eager row carries the
+operation: `python -m tome_bench gpu-job` writes OUT/gpu.json ({"device", "rows"}; each eager row carries the
 TomeConfig it ran as `fields`, so any variant, candidates included, is rebuilt with `apply_patch(unet, **fields)`),
 and the older runs in docs/runs hold lists of rows without fields (their variants are named: `LEGACY_VARIANTS`).
 The same call is traced on the meta device here, priced per operation, and the parameters are fitted to the
@@ -160,7 +160,9 @@ def load_points(paths: Sequence[Path]) -> list[Point]:
         else:  # tome_gpu_profile.py: the top operations, [name, count, device ms, cpu ms]
             for op in row["top"]:
                 per_name[profile_kind(op[0])] += op[2]
-        noisy = "ops" in row and disturbed(row, bases.get((run, arch, row["size"])))
+        noisy = row.get("busy_reliable") is False or (
+            "ops" in row and disturbed(row, bases.get((run, arch, row["size"])))
+        )
         points.append(Point(label, row["gpu_busy_ms"], dict(per_name), _aggregate(tr.ops), noisy))
     return points
 
@@ -212,11 +214,11 @@ def error_table(gpu: GpuSpec, points: Sequence[Point]) -> list[tuple[str, float,
     return [(p.label, p.busy_ms, sum(gpu.op_ms(op) for op in p.ops.values())) for p in points]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     from tome_bench.gpu_estimate import GPUS
 
-    ap = argparse.ArgumentParser(prog="python -m tome_bench.calibrate", description=__doc__)
-    ap.add_argument("profiles", nargs="+", type=Path, help="gpu.json of --gpu-job, or an older profile in docs/runs")
+    ap = argparse.ArgumentParser(prog="python -m tome_bench calibrate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("profiles", nargs="+", type=Path, help="gpu.json of gpu-job, or an older profile in docs/runs")
     ap.add_argument("--gpu", default="h200", choices=sorted(GPUS))
     ap.add_argument("--fit", action="store_true", help="fit the parameters (else report the error of today's)")
     ap.add_argument(
@@ -224,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
 
-    # A CPU smoke run (--gpu-job --smoke) profiles no kernels: nothing to fit to.
+    # A CPU dry run (gpu-job --dry-run) profiles no kernels: nothing to fit to.
     points = [p for p in load_points(args.profiles) if p.busy_ms > 0]
     gpu = GPUS[args.gpu]
     excluded = {e.strip() for e in args.exclude.split(",") if e.strip()} | {p.label for p in points if p.disturbed}
@@ -239,8 +241,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         note = "  (left out: disturbed)" if label in excluded else ""
         print(f"{label:32s} {busy:9.2f} {est:9.2f} {100 * (est / busy - 1):+6.1f}%{note}")
     errs.sort()
-    print(f"median |error| {100 * errs[len(errs) // 2]:.1f}%, max {100 * errs[-1]:.1f}%")
+    print(
+        f"median |error| {100 * errs[len(errs) // 2]:.1f}%, max {100 * errs[-1]:.1f}%" if errs else "no call to compare"
+    )
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m tome_bench.calibrate`, as before the jobs
+    sys.exit(main())

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tome_bench import archs
+
 #: The first level with attention per model family.
 TOP_LEVEL = {"sd": 1, "sdxl": 2}
 
@@ -239,10 +241,11 @@ def relation_patches(family: str) -> dict[str, Patch]:
         "ToMe 0.5, top level": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=top),
         "ToMe 0.5, two levels": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=2 * top),
         "ToMe 0.5, every level": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=8),
-        "ToMe 0.5, every level, +cross-attention +MLP": lambda unet: tomesd_patch(
-            unet, ratio=0.5, max_downsample=8, merge_crossattn=True, merge_mlp=True
-        ),
+        "ToMe 0.5, every level, +cross-attention +MLP": lambda unet: tomesd_patch(unet, **_EVERY, merge_mlp=True),
     }
+
+
+_EVERY = {"ratio": 0.5, "max_downsample": 8, "merge_crossattn": True}
 
 
 def relations(changed: Mapping[str, float]) -> dict[str, float]:
@@ -254,16 +257,12 @@ def relations(changed: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def family_of(arch: str) -> str:
-    return "sdxl" if arch in ("sdxl", "tiny-xl") else "sd"
-
-
 def model(
     arch: str, size: int, kind: str, latent: str, timestep: int = 500
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """A UNet of `arch` and one call's inputs: the plain random-weight UNet ("random": uniform attention) or the
     stand-in fitted at `size` ("stand-in") and its "sharper"/"softer" variants (`standin.VARIANTS`)."""
-    from tome_bench import archs, standin
+    from tome_bench import standin
 
     if kind == "random":
         unet = archs.build_unet(arch, torch.float32, "cpu")
@@ -305,7 +304,7 @@ def panel(
     say: Callable[[str], None] = lambda text: None,
 ) -> list[PanelRow]:
     """Every variant of `patches` (beside the references, added first) on every model, start and measure."""
-    family = family_of(arch)
+    family = archs.get_arch(arch).family
     every = {**reference_patches(family), **patches}
     rows: list[PanelRow] = []
     for kind in models:
@@ -358,14 +357,14 @@ PANEL_SIZES = {"sd15": (512,), "sdxl": (1024,)}
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m tome_bench --fidelity`: the panel (every preset beside tomesd's and ToDo's defaults, on the
+    """`python -m tome_bench fidelity`: the panel (every preset beside tomesd's and ToDo's defaults, on the
     random UNet, the stand-in and its variants), into OUT/fidelity.md and fidelity.json."""
     import argparse
     import json
     from dataclasses import asdict
     from pathlib import Path
 
-    ap = argparse.ArgumentParser(prog="python -m tome_bench --fidelity", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tome_bench fidelity", description=main.__doc__)
     ap.add_argument("--arch", default="sd15,sdxl", help="comma-separated: sd15, sdxl (default both)")
     ap.add_argument("--sizes", help="comma-separated px (default: where the stand-ins are fitted, sd15 512, sdxl 1024)")
     ap.add_argument("--models", default="random,stand-in,sharper,softer")
@@ -380,21 +379,16 @@ def main(argv: Sequence[str]) -> int:
     steps = [None if s == "call" else int(s) for s in a.steps.split(",")]
     rows: list[PanelRow] = []
     for arch in a.arch.split(","):
-        family = family_of(arch)
+        family = archs.get_arch(arch).family
         patches = relation_patches(family) if a.relations else preset_patches()
         if a.candidates and not a.relations:
             per = json.loads(a.candidates.read_text())
             patches.update({name: config_patch(**f[family]) for name, f in per.items() if family in f})
         sizes = [int(s) for s in a.sizes.split(",")] if a.sizes else PANEL_SIZES[arch]
         for size in sizes:
+            say = lambda text: print(text, flush=True)
             rows += panel(
-                arch,
-                size,
-                patches,
-                models=a.models.split(","),
-                latents=a.latents.split(","),
-                steps=steps,
-                say=lambda text: print(text, flush=True),
+                arch, size, patches, models=a.models.split(","), latents=a.latents.split(","), steps=steps, say=say
             )
     text = panel_table(rows)
     if a.relations:
@@ -440,12 +434,8 @@ def main_job_section(rows: Sequence[PanelRow]) -> list[str]:
     if not rows:
         return []
     return [
-        "## How much each preset changes the image (stand-in model)",
-        "",
-        "Relative change of the output of one UNet call (t=500, natural-spectrum start, batch 1, float32) from the"
+        "## How much each preset changes the image (stand-in model)", "", "Relative change of the output of one UNet call (t=500, natural-spectrum start, batch 1, float32) from the"
         " unpatched one, and over that under tomesd's default, on `tome_bench.standin`: the architecture with random"
         " weights whose attention behaves like a trained model's, fitted to published real-weight relations"
-        " (docs/fidelity.md). `python -m tome_bench --fidelity` runs the whole panel.",
-        "",
-        panel_table(rows),
-    ]
+        " (docs/fidelity.md). `python -m tome_bench fidelity` runs the whole panel.", "", panel_table(rows),
+    ]  # fmt: skip

@@ -17,6 +17,7 @@ profiles in docs/runs (`calibration_points`). Imports torch only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,31 +39,12 @@ _NO_KERNEL = frozenset({"set_", "resize_", "_local_scalar_dense_meta", "sym_size
 #: The kind of each operation the cost model prices differently; anything else is "memory" (elementwise,
 #: bandwidth-bound).
 KIND: Mapping[str, str] = {
-    "mm": "matmul",
-    "addmm": "matmul",
-    "bmm": "matmul",
-    "baddbmm": "matmul",
-    "convolution": "conv",
-    "attention": "attention",
-    "native_group_norm": "group_norm",
-    "native_layer_norm": "layer_norm",
-    "index_select": "gather",
-    "gather": "gather",
-    "index": "gather",
-    "index_add": "scatter",
-    "scatter": "scatter",
-    "scatter_add": "scatter",
-    "scatter_reduce": "scatter",
-    "index_put": "scatter",
-    "index_copy": "scatter",
-    "sort": "sort",
-    "topk": "sort",
-    "max": "reduce",
-    "argmax": "reduce",
-    "sum": "reduce",
-    "mean": "reduce",
-    "linalg_vector_norm": "reduce",
-    "avg_pool2d": "pool",
+    **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm"), "matmul"),
+    **{"convolution": "conv", "attention": "attention", "avg_pool2d": "pool"},
+    **{"native_group_norm": "group_norm", "native_layer_norm": "layer_norm", "sort": "sort", "topk": "sort"},
+    **dict.fromkeys(("index_select", "gather", "index"), "gather"),
+    **dict.fromkeys(("index_add", "scatter", "scatter_add", "scatter_reduce", "index_put", "index_copy"), "scatter"),
+    **dict.fromkeys(("max", "argmax", "sum", "mean", "linalg_vector_norm"), "reduce"),
 }
 #: Kinds priced by their arithmetic as well as their bytes.
 COMPUTE_KINDS = ("matmul", "conv", "attention")
@@ -178,6 +160,8 @@ class _FusedAttention(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is not F.scaled_dot_product_attention:
             return func(*args, **kwargs)
+        names = ("query", "key", "value")
+        args = (*args, *(kwargs.pop(n) for n in names[len(args) : 3]))  # diffusers passes them by keyword
         q, k, v = args[:3]
         self.record.muted += 1
         try:
@@ -224,6 +208,8 @@ class GpuSpec:
     gbs: Mapping[str, float]  # every kind in KINDS
     kernel_us: float
     source: str = ""
+    #: The date of the profiles it was fitted to.
+    fitted: str = ""
 
     def op_ms(self, op: TracedOp) -> float:
         t = op.bytes / (self.gbs.get(op.kind, self.gbs["memory"]) * 1e9)
@@ -247,7 +233,7 @@ class GpuSpec:
             else:
                 table, kind = key.split(".", 1)
                 (tflops if table == "tflops" else gbs)[kind] = value
-        return GpuSpec(self.name, tflops, gbs, kernel_us, self.source if source is None else source)
+        return dataclasses.replace(self, tflops=tflops, gbs=gbs, kernel_us=kernel_us, source=source or self.source)
 
 
 @dataclass(frozen=True)
@@ -274,44 +260,22 @@ GPUS: Mapping[str, GpuSpec] = {
     "h200": GpuSpec(
         name="NVIDIA H200",
         tflops={"matmul": 1679.0, "conv": 626.2, "attention": 338.6},
-        gbs={
-            "matmul": 2539.0,
-            "conv": 631.5,
-            "attention": 5843.0,
-            "memory": 2398.0,
-            "group_norm": 326.1,
-            "layer_norm": 1746.0,
-            "gather": 1795.0,
-            "scatter": 572.7,
-            "sort": 8.2,
-            "reduce": 1967.0,
-            "pool": 687.8,
-        },
+        gbs=dict(zip(KINDS, (2539.0, 631.5, 5843.0, 2398.0, 326.1, 1746.0, 1795.0, 572.7, 8.2, 1967.0, 687.8))),
         kernel_us=3.34,
         source="docs/runs/2026-11-27-h200/gpu.json (fp16, eager, SD1.5 at 512/768/1024 and SDXL at 1024/1536 px, the"
         " presets, references and candidates of the --gpu-job run, disturbed and tomesd rows left out: 51 calls,"
         " median error 5.1%, max 9.1%)",
+        fitted="2026-11-27",
     ),
     "h100": GpuSpec(
         name="NVIDIA H100",
         tflops={"matmul": 1445.0, "conv": 626.0, "attention": 338.6},
-        gbs={
-            "matmul": 2604.0,
-            "conv": 557.0,
-            "attention": 2241.0,
-            "memory": 2116.0,
-            "group_norm": 300.0,
-            "layer_norm": 1360.0,
-            "gather": 2791.0,
-            "scatter": 446.0,
-            "sort": 8.2,
-            "reduce": 1244.0,
-            "pool": 779.0,
-        },
+        gbs=dict(zip(KINDS, (2604.0, 557.0, 2241.0, 2116.0, 300.0, 1360.0, 2791.0, 446.0, 8.2, 1244.0, 779.0))),
         kernel_us=2.90,
         source="docs/runs/2026-11-26-h100-e/eager.json (fp16, eager, SD1.5 at 512/768/1024 and SDXL at 1024 px, the"
         " presets of 2026-11-26 fifth session, 20 calls; median error 5.2%, max 10.3%; kinds the run barely had"
         " (gather, scatter, sort, reduce) keep the H200 fit's values)",
+        fitted="2026-11-26",
     ),
 }
 
@@ -366,7 +330,7 @@ def trace_call(
     arch: str,
     size: int,
     apply: Callable[[torch.nn.Module], Any] | None = None,
-    batch: int = 2,
+    batch: int | None = None,
     remove: Callable[[torch.nn.Module], Any] | None = None,
 ) -> Trace:
     """The meta trace of one steady-state call of `unet` (`apply` patches it first, `remove` undoes that; default
@@ -375,15 +339,16 @@ def trace_call(
 
     if remove is None:
         from tome_core import remove_patch as remove
+    batch = archs.get_arch(arch).batch if batch is None else batch
     args, kwargs = archs.make_inputs(arch, size, batch=batch, dtype=torch.float16, device="meta")
-    if apply is not None:
-        apply(unet)
+    if apply is None:
+        return trace(lambda: unet(*args, **kwargs))[0]
+    apply(unet)
     try:
         trace(lambda: unet(*args, **kwargs))
         tr, _ = trace(lambda: unet(*args, **kwargs))
     finally:
-        if apply is not None:
-            remove(unet)
+        remove(unet)
     return tr
 
 
@@ -392,7 +357,7 @@ def estimate_rows(
     sizes: Iterable[int],
     variants: Mapping[str, Callable[[torch.nn.Module], Any]],
     gpus: Iterable[str] = ("h200",),
-    batch: int = 2,
+    batch: int | None = None,
     remove: Mapping[str, Callable[[torch.nn.Module], Any]] | None = None,
 ) -> list[EstimateRow]:
     """Every variant (name -> what patches a UNet) at every size, estimated on every GPU, beside the unpatched UNet.
@@ -411,19 +376,6 @@ def estimate_rows(
             eb = estimate(base, gpu)
             for name, tr in traces.items():
                 e = estimate(tr, gpu)
-                rows.append(
-                    EstimateRow(
-                        arch,
-                        size,
-                        name,
-                        gpu_name,
-                        e.gpu_ms,
-                        eb.gpu_ms,
-                        e.launching,
-                        eb.launching,
-                        e.kernels,
-                        e.flops,
-                        eb.flops,
-                    )
-                )
+                figures = (e.gpu_ms, eb.gpu_ms, e.launching, eb.launching, e.kernels, e.flops, eb.flops)
+                rows.append(EstimateRow(arch, size, name, gpu_name, *figures))
     return rows

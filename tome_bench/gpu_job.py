@@ -1,534 +1,563 @@
-"""The GPU job: what every preset does to one UNet call on a real GPU, in one command.
+"""`python -m tome_bench gpu-job`: what every preset does to one model call on a GPU, in one command that fits one
+10-minute run (--budget-s), with numbers that hold.
 
-    python -m tome_bench --gpu-job [--out DIR] [--budget-s 420] [--candidates FILE] [--smoke]
+Per case (SD1.5 at 512 and 1024 px, SDXL at 1024 and 1536 px; fp16, SDPA, batch 2), for the unpatched model, every
+preset of `tome_core.presets()`, the references the presets are held to (`fidelity.references`) and tomesd 0.1.3
+itself where installed: GPU busy time and kernels per call (`torch.profiler`), peak memory and the wall clock eager;
+the unpatched model and the presets also compiled (`torch.compile`, inductor's default mode) and with CUDA graphs
+("reduce-overhead"). The rules, each a method of `Job`:
 
-Per architecture and size (SD1.5 512/768/1024 px, SDXL 1024/1536 px; fp16, SDPA, batch 2 = cond + uncond), for
-the unpatched UNet, every preset, the references the presets are held to (tomesd's default and ToDo's default, as
-`tome_bench.fidelity.references` states them, and tomesd 0.1.3 itself where it is installed) and the candidates
-of `--candidates` (a JSON file: name -> {family -> TomeConfig fields}):
+1. `build`: every compiled and CUDA-graph variant of every case is compiled and warmed in this one process before
+   the first timed sample; no compile, and no other process of the job, runs beside a timing. What the budget
+   cannot compile is listed as not run.
+2. `time_case`: variants interleaved, each round times every row of a case once; per row the median and the
+   spread ((max - min) / median) of its samples.
+3. `rerun`: a row whose spread exceeds 5% is timed again, interleaved with its baseline; still above 5%, it is
+   unreliable: printed as such and kept out of the figures it would feed (speed-ups, the speed table, the fit).
+4. `check`: a CUDA-graph baseline slower than the eager one, or a compiled baseline slower than eager beyond their
+   spread, stops the job with a message saying what is wrong; so does a graph compiled during the timed rounds.
 
-* eager: GPU busy time (the sum of the call's kernel durations, `torch.profiler`), kernels and aten operations per
-  call, device time per aten operation (what `python -m tome_bench.calibrate` fits the GPU estimate to), peak
-  memory above the inputs, wall clock (`torch.utils.benchmark.Timer`, which synchronises the device), and what the
-  patch reports it merged (`tome_core.stats`);
-* compiled: `torch.compile(fullgraph=True)` in inductor's default mode and in "reduce-overhead" (CUDA graphs), each
-  in a process of its own started at the beginning, so that compiling (CPU) overlaps the eager part's profiling
-  (GPU); every wall-clock measurement holds a lock on OUT/lock, so that only one process times at a time, and the
-  eager part's wall clocks wait until the compiled parts have compiled.
-
-Writes OUT/gpu.json (one row per measured call) and OUT/gpu.md (the tables), and prints the tables. Every part
-stops starting new work when the budget is spent and writes what it has. `--smoke` runs the same code on the CPU
-with the tiny UNets in float32 (the tests do).
+The clock and the device calls are a `Device`: `--dry-run` (and the tests, with a fake timer) run the whole sequence
+on the CPU with the tiny UNets in float32. Writes OUT/gpu.json (`calibrate` reads it) and OUT/gpu.md; `--write` puts
+the presets' reliable busy-time speed-ups into tome_core/speed_table.json (`estimate.measured_rows`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
+import datetime as _dt
+import importlib
+import importlib.util
 import json
-import os
-import subprocess
+import statistics
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from tome_bench import archs
+from tome_bench import archs, options
 
-#: (arch, size) of the eager part: the sizes users run each family at, and the hires pass above them.
-EAGER_SIZES: tuple[tuple[str, int], ...] = (
-    ("sd15", 512),
-    ("sd15", 768),
-    ("sd15", 1024),
-    ("sdxl", 1024),
-    ("sdxl", 1536),
-)
-#: (mode, arch, size, variants) of the compiled parts, one process each.
-COMPILED_PARTS: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
-    ("default", "sd15", 1024, ("baseline", "quality", "balanced", "fastest")),
-    ("reduce-overhead", "sd15", 1024, ("baseline", "quality", "balanced", "fastest")),
-    ("reduce-overhead", "sdxl", 1024, ("baseline", "balanced")),
-)
-SMOKE_EAGER: tuple[tuple[str, int], ...] = (("tiny", 128), ("tiny-xl", 128))
-SMOKE_COMPILED: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
-    ("default", "tiny", 128, ("baseline", "balanced")),
-)
-#: Candidates (names beside the presets) are measured at these sizes only: they feed the GPU estimate's fit.
-CANDIDATE_SIZES = frozenset({("sd15", 1024), ("sdxl", 1024), ("tiny", 128), ("tiny-xl", 128)})
-FAMILY = {"sd15": "sd", "tiny": "sd", "sdxl": "sdxl", "tiny-xl": "sdxl"}
+#: Above this spread a row is timed again, and then unreliable.
+SPREAD = 0.05
+MODES = ("eager", "compiled", "cudagraphs")
+#: torch.compile's mode per compiled mode.
+COMPILE_MODES = {"compiled": "default", "cudagraphs": "reduce-overhead"}
+#: What a compile takes before one has been measured (s, per family; the H200 runs of 2026-11-26/27: 50-120 s).
+COMPILE_GUESS_S = {"sd": 70.0, "sdxl": 120.0}
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (architecture, size) of the matrix. `build` and `inputs` make its model and one call's arguments, and
+    `family` is the presets' family (default `archs.build_unet`, `archs.make_inputs` and the `archs.Arch`'s): another
+    kind of model is one entry with its own."""
+
+    arch: str
+    size: int
+    build: Callable[[str, torch.dtype, torch.device], nn.Module] | None = None
+    inputs: Callable[[str, int, torch.dtype, torch.device], Inputs] | None = None
+    family: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch} {self.size}"
+
+    @property
+    def presets_family(self) -> str:
+        return self.family or archs.get_arch(self.arch).family
+
+    def model(self, dtype: torch.dtype, device: torch.device) -> nn.Module:
+        return (self.build or archs.build_unet)(self.arch, dtype, device)
+
+    def call_inputs(self, dtype: torch.dtype, device: torch.device) -> Inputs:
+        if self.inputs is not None:
+            return self.inputs(self.arch, self.size, dtype, device)
+        return archs.make_inputs(self.arch, self.size, dtype=dtype, device=device, latent_kind="natural")
+
+
+CASES = (Case("sd15", 512), Case("sd15", 1024), Case("sdxl", 1024), Case("sdxl", 1536))
+DRY_CASES = (Case("tiny", 64), Case("tiny-xl", 64))
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One thing measured: None fields for the unpatched UNet, "tomesd" for tomesd itself, else TomeConfig fields
-    (a preset as {"preset": name})."""
+    """One thing measured: `fields` None for the unpatched model, "tomesd" for tomesd itself, else `apply_patch`
+    keywords (a preset as {"preset": name}); `compiled`: also run compiled and with CUDA graphs."""
 
     name: str
     fields: Mapping[str, Any] | str | None
+    compiled: bool = False
 
-    def apply(self, unet: torch.nn.Module) -> None:
+    def apply(self, model: nn.Module) -> None:
         if self.fields == "tomesd":
-            import tomesd
+            importlib.import_module("tomesd").apply_patch(model, ratio=0.5)
+        elif isinstance(self.fields, Mapping):
+            importlib.import_module("tome_core").apply_patch(model, **self.fields)
 
-            tomesd.apply_patch(unet, ratio=0.5)
-        elif self.fields is not None:
-            from tome_core import apply_patch
-
-            apply_patch(unet, **self.fields)
-
-    def remove(self, unet: torch.nn.Module) -> None:
-        if self.fields == "tomesd":
-            import tomesd
-
-            tomesd.remove_patch(unet)
-        elif self.fields is not None:
-            from tome_core import remove_patch
-
-            remove_patch(unet)
-
-    def resolved(self, unet: torch.nn.Module) -> dict[str, Any] | str | None:
-        """The TomeConfig fields that ran (a preset resolved for the UNet's family), for the calibration."""
-        if not isinstance(self.fields, Mapping):
-            return self.fields
-        from tome_core import get_config
-
-        self.apply(unet)
-        try:
-            config = get_config(unet)
-            return None if config is None else config.to_dict()
-        finally:
-            self.remove(unet)
+    def remove(self, model: nn.Module) -> None:
+        if self.fields is not None:
+            importlib.import_module("tomesd" if self.fields == "tomesd" else "tome_core").remove_patch(model)
 
 
-def variants(arch: str, candidates: Mapping[str, Mapping[str, Mapping[str, Any]]], size: int) -> list[Variant]:
-    """The unpatched UNet, the presets, the references, tomesd where installed, and the candidates at their sizes."""
+def variants(case: Case, candidates: Mapping[str, Mapping[str, Any]] = {}) -> list[Variant]:
+    """The unpatched model and the presets (compiled too), the references, tomesd where installed (SD1/SD2: on SDXL
+    its default merges nothing), and the candidates (name -> {family -> fields}) of the case's family."""
     from tome_bench.fidelity import references
-    from tome_core import presets
 
-    family = FAMILY[arch]
-    out = [Variant("baseline", None), *(Variant(p.name, {"preset": p.name}) for p in presets())]
+    family = case.presets_family
+    out = [Variant("baseline", None, True), *(Variant(n, {"preset": n}, True) for n in options.preset_names())]
     out += [Variant(name, fields) for name, fields in references(family).items()]
-    with contextlib.suppress(ImportError):
-        import tomesd  # noqa: F401
-
-        if family == "sd":  # on SDXL its default merges nothing
-            out.append(Variant("tomesd", "tomesd"))
-    if (arch, size) in CANDIDATE_SIZES:
-        out += [Variant(name, per[family]) for name, per in candidates.items() if family in per]
-    return out
+    if family == "sd" and importlib.util.find_spec("tomesd") is not None:
+        out.append(Variant("tomesd", "tomesd"))
+    return out + [Variant(name, per[family]) for name, per in candidates.items() if family in per]
 
 
-class Job:
-    """Paths, device and budget shared by the parts."""
+@dataclass
+class Timed:
+    """The samples of one row, ms per call: a variant of a case in one mode ("busy": GPU busy time from profiles)."""
 
-    def __init__(self, out: Path, smoke: bool, budget_s: float, started: float) -> None:
-        self.out = out
-        self.smoke = smoke
-        self.device = torch.device("cpu" if smoke else "cuda")
-        self.dtype = torch.float32 if smoke else torch.float16
-        self.deadline = started + budget_s
-        out.mkdir(parents=True, exist_ok=True)
+    case: Case
+    variant: Variant
+    mode: str
+    samples: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)  # the samples before a re-run
 
-    def left(self) -> float:
-        return self.deadline - time.time()
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
 
-    def say(self, part: str, text: str) -> None:
-        line = f"[{part} {time.strftime('%H:%M:%S')}] {text}"
-        print(line, flush=True)
-        with open(self.out / f"{part}.log", "a") as log:
-            log.write(line + "\n")
+    @property
+    def spread(self) -> float | None:
+        return options.spread(self.samples)
 
-    @contextlib.contextmanager
-    def timing_lock(self) -> Iterator[None]:
-        with open(self.out / "lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    @property
+    def reliable(self) -> bool:
+        return bool(self.samples) and (self.spread or 0.0) <= SPREAD
 
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def rows_file(self, part: str) -> Path:
-        return self.out / f"rows-{part}.json"
+    def summary(self) -> dict[str, Any]:
+        return {"median_ms": self.median, "spread": self.spread, "reliable": self.reliable, "samples_ms": self.samples}
 
 
-def wall_ms(call: Callable[[], Any], min_run_time: float) -> dict[str, float]:
-    """Median and IQR (ms) of one call, from `torch.utils.benchmark.Timer` (it synchronises the device)."""
-    from torch.utils.benchmark import Timer
-
-    # The process's thread count: Timer's default of one thread would also be a new global state to torch.compile's
-    # guards, which then compile the graph again.
-    timer = Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    return {"wall_ms": m.median * 1e3, "wall_iqr_ms": m.iqr * 1e3, "wall_n": len(m.times)}
+class Stop(Exception):
+    """A sanity check failed: the job stops and says what is wrong."""
 
 
-def profile_call(job: Job, call: Callable[[], Any], tries: int = 3) -> dict[str, Any]:
-    """GPU busy time (sum of kernel durations), kernels, aten operations and device time per aten operation of one
-    call: the least busy of `tries` calls, each profiled on its own. Another process's kernels on the GPU (a
-    compiled part's first calls, which compile outside the timing lock) stretch the kernels they overlap, and
-    seldom all of the tries."""
+# ---------------------------------------------------------------------------------------------- the device
+
+
+@dataclass
+class Device:
+    """What the job asks of the accelerator, replaceable: the CPU dry run and the tests give their own."""
+
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    #: ms per call of `calls` calls of `call`, timing `row` (the device synchronised around them).
+    timer: Callable[[Timed, Callable[[], Any], int], float]
+    #: (busy ms, kernels, [[aten name, "", calls, device ms, cpu ms], ...]) of one profiled call.
+    profile: Callable[[Callable[[], Any]], tuple[float, int, list[list[Any]]]]
+    peak_mib: Callable[[Callable[[], Any]], float]
+    #: The compiled callable of a model in a mode of `COMPILE_MODES`.
+    compile: Callable[[nn.Module, str], Callable[..., Any]]
+    #: Graphs compiled in this process so far (a timed round must not add any).
+    graphs: Callable[[], int] = lambda: 0
+    sync: Callable[[], None] = lambda: None
+    #: Whether a baseline out of line stops the job (the dry run's CPU timings only report it).
+    strict: bool = True
+
+
+def wall_timer(sync: Callable[[], None], clock: Callable[[], float] = time.perf_counter) -> Callable[..., float]:
+    def timer(row: Timed, call: Callable[[], Any], calls: int) -> float:
+        sync()
+        start = clock()
+        for _ in range(calls):
+            call()
+        sync()
+        return (clock() - start) * 1e3 / calls
+
+    return timer
+
+
+def profile_call(call: Callable[[], Any], cuda: bool) -> tuple[float, int, list[list[Any]]]:
+    """torch.profiler of one call: the sum of its kernels' durations, its kernels and its aten operations' device
+    and CPU times (on the CPU: the aten operations stand in for kernels, their CPU time for the busy time)."""
     from torch.profiler import ProfilerActivity, profile
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if job.device.type == "cuda" else [])
-    best: dict[str, Any] | None = None
-    for _ in range(tries):
-        job.sync()
-        with profile(activities=acts) as prof:
-            call()
-            job.sync()
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        busy = sum(e.time_range.elapsed_us() for e in kernels) / 1e3
-        if best is not None and busy >= best["gpu_busy_ms"]:
-            continue
-        ops = []
-        for k in prof.key_averages():
-            if k.key.startswith("aten::"):
-                ops.append(
-                    [k.key, "", k.count, getattr(k, "self_device_time_total", 0.0) / 1e3, k.self_cpu_time_total / 1e3]
-                )
-        ops.sort(key=lambda o: -o[3])
-        best = {
-            "gpu_busy_ms": busy,
-            "kernels_per_call": len(kernels),
-            "aten_calls_per_call": sum(o[2] for o in ops),
-            "ops": ops,
-        }
-    assert best is not None
-    return best
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        call()
+        if cuda:
+            torch.cuda.synchronize()
+    device_ms = lambda k: getattr(k, "self_device_time_total", 0.0) / 1e3
+    averages = [k for k in prof.key_averages() if k.key.startswith("aten::")]
+    ops = [[k.key, "", k.count, device_ms(k), k.self_cpu_time_total / 1e3] for k in averages]
+    if not cuda:
+        return sum(op[4] for op in ops), sum(op[2] for op in ops), ops
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in kernels) / 1e3, len(kernels), ops
 
 
-#: Operations no patch changes: their device time beside the baseline's tells a disturbed profile.
-UNTOUCHED = ("aten::cudnn_convolution", "aten::native_group_norm")
-
-
-def untouched_ms(row: Mapping[str, Any]) -> float:
-    return sum(op[3] for op in row["ops"] if op[0] in UNTOUCHED)
-
-
-def disturbed(row: Mapping[str, Any], base: Mapping[str, Any] | None, limit: float = 0.05) -> bool:
-    """Whether `row`'s untouched operations took more than `limit` longer than the baseline's: another process's
-    kernels overlapped the profile."""
-    if base is None or not untouched_ms(base):
-        return False
-    return untouched_ms(row) > (1 + limit) * untouched_ms(base)
-
-
-def peak_mib(job: Job, call: Callable[[], Any]) -> float:
-    if job.device.type != "cuda":
-        return 0.0
-    job.sync()
+def cuda_peak_mib(call: Callable[[], Any]) -> float:
+    torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     call()
-    job.sync()
+    torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def merged_text(unet: torch.nn.Module, v: Variant) -> str | None:
-    """What the patch says it did, as 'applied/selected blocks (kinds)'; None for the baseline and tomesd."""
-    if not isinstance(v.fields, Mapping):
-        return None
-    from tome_core import stats
+def compile_with(backend: str) -> Callable[[nn.Module, str], Callable[..., Any]]:
+    def compile_model(model: nn.Module, mode: str) -> Callable[..., Any]:
+        # every variant and size is a graph of the same code: dynamo's default limit (8) would send the rest to eager
+        torch._dynamo.config.recompile_limit = 256
+        torch._dynamo.config.accumulated_recompile_limit = 1024
+        how = {"backend": backend} if backend != "inductor" else {"mode": None if mode == "default" else mode}
+        return torch.compile(model, fullgraph=True, dynamic=False, **how)
 
-    st = stats(unet)
-    if st is None:
-        return "not patched"
-    kinds = ", ".join(f"{kind} {n}" for kind, n in st.modules)
-    return f"{st.applied}/{st.selected} blocks ({kinds})"
+    return compile_model
 
 
-def _inputs(job: Job, arch: str, size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    return archs.make_inputs(arch, size, dtype=job.dtype, device=job.device, latent_kind="natural")
-
-
-def _save(job: Job, part: str, rows: list[dict[str, Any]]) -> None:
-    job.rows_file(part).write_text(json.dumps(rows, indent=1))
-
-
-def part_eager(job: Job, candidates: Mapping[str, Any], sizes: Sequence[tuple[str, int]], warm_parts: int) -> None:
-    """Profile every variant at every size, then, once the compiled parts have compiled (a compile's CPU load
-    disturbs an eager call's launches, not its kernels), take the wall clocks of all but the candidates. Every
-    measurement holds the timing lock: two processes' kernels on one GPU would stretch each other's times."""
-    part, rows = "eager", []
-    todo = [(arch, size, v) for arch, size in sizes for v in variants(arch, candidates, size)]
-    runs: dict[tuple[str, int, str], dict[str, Any]] = {}
-    models = _Models(job)
-    for arch, size, v in todo:
-        if job.left() < 30:
-            job.say(part, f"budget spent: skipping {arch} {size} {v.name}")
-            continue
-        unet = models.get(arch)
-        args, kwargs = _inputs(job, arch, size)
-        try:
-            with torch.inference_mode(), job.timing_lock():
-                v.apply(unet)
-                try:
-                    call = _caller(unet, args, kwargs)
-                    for _ in range(3):
-                        call()
-                    row: dict[str, Any] = {"part": part, "arch": arch, "size": size, "variant": v.name}
-                    row["peak_mib"] = peak_mib(job, call)
-                    row.update(profile_call(job, call))
-                    row["merged"] = merged_text(unet, v)
-                finally:
-                    v.remove(unet)
-            row["fields"] = v.resolved(unet)
-        except Exception as exc:  # one variant failing must not end the job: it is reported and the rest run
-            job.say(part, f"{arch} {size} {v.name} FAILED {type(exc).__name__}: {exc}")
-            traceback.print_exc()
-            continue
-        runs[arch, size, v.name] = row
-        rows.append(row)
-        job.say(
-            part,
-            f"{arch} {size} {v.name:14s} busy {row['gpu_busy_ms']:8.2f} ms {row['kernels_per_call']:5.0f} kernels"
-            f" {row['aten_calls_per_call']:5.0f} aten, peak {row['peak_mib']:7.0f} MiB | {row['merged']}",
-        )
-        _save(job, part, rows)
-    timed = [(arch, size, v) for arch, size, v in todo if v.name not in candidates and (arch, size, v.name) in runs]
-    _wait_for_compiles(job, part, warm_parts, reserve_s=20 + 1.5 * len(timed))
-    for arch, size, v in timed:
-        if job.left() < 15:
-            continue
-        row = runs[arch, size, v.name]
-        unet = models.get(arch)
-        args, kwargs = _inputs(job, arch, size)
-        try:
-            with torch.inference_mode(), job.timing_lock():
-                v.apply(unet)
-                try:
-                    call = _caller(unet, args, kwargs)
-                    for _ in range(3):
-                        call()
-                    row.update(wall_ms(call, 0.05 if job.smoke else 0.6))
-                finally:
-                    v.remove(unet)
-        except Exception as exc:
-            job.say(part, f"{arch} {size} {v.name} wall clock FAILED {type(exc).__name__}: {exc}")
-            continue
-        job.say(part, f"{arch} {size} {v.name:14s} wall {row['wall_ms']:8.2f} ms (IQR {row['wall_iqr_ms']:.2f})")
-        _save(job, part, rows)
-
-
-class _Models:
-    """The one UNet of the architecture being measured (a GPU holds one SDXL at a time beside compiled parts)."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.arch: str | None = None
-        self.unet: torch.nn.Module | None = None
-
-    def get(self, arch: str) -> torch.nn.Module:
-        if self.arch != arch or self.unet is None:
-            self.unet = None
-            if self.job.device.type == "cuda":
-                torch.cuda.empty_cache()
-            self.unet, self.arch = archs.build_unet(arch, self.job.dtype, self.job.device), arch
-        return self.unet
-
-
-def _caller(unet: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
-    return lambda: unet(*args, **kwargs).sample
-
-
-def _wait_for_compiles(job: Job, part: str, want: int, reserve_s: float) -> None:
-    start = time.time()
-    while len(list(job.out.glob("warm.*"))) < want and job.left() > reserve_s:
-        time.sleep(2)
-    job.say(part, f"waited {time.time() - start:.0f} s for {want} compiled parts to compile")
-
-
-def part_compiled(job: Job, mode: str, arch: str, size: int, names: Sequence[str]) -> None:
-    """Compile every variant (one graph each, through one wrapper), then time them under the lock."""
-    import torch._dynamo
+def dynamo_graphs() -> int:
     from torch._dynamo.utils import counters
 
-    torch._dynamo.config.recompile_limit = 64
-    part = f"compiled-{mode}-{arch}-{size}"
-    unet = archs.build_unet(arch, job.dtype, job.device)
-    args, kwargs = _inputs(job, arch, size)
-    comp = torch.compile(unet, mode=None if mode == "default" else mode, fullgraph=True, dynamic=False)
-    chosen = [v for v in variants(arch, {}, size) if v.name in names]
-    compile_s: dict[str, float] = {}
-    rows: list[dict[str, Any]] = []
-    try:
-        for v in chosen:
-            if job.left() < 45:
-                break
-            v.apply(unet)
-            try:
-                with torch.inference_mode():
-                    t0 = time.perf_counter()
-                    for _ in range(3):
-                        comp(*args, **kwargs)
-                    job.sync()
-                    compile_s[v.name] = time.perf_counter() - t0
-                job.say(part, f"{v.name} compiled in {compile_s[v.name]:.0f} s")
-            except Exception as exc:
-                job.say(part, f"{v.name} FAILED to compile: {type(exc).__name__}: {str(exc)[:300]}")
-            finally:
-                v.remove(unet)
-    finally:
-        (job.out / f"warm.{part}").touch()
-    for v in chosen:
-        if v.name not in compile_s or job.left() < 15:
-            continue
-        graphs = int(counters["stats"]["unique_graphs"])
-        v.apply(unet)
+    return int(counters["stats"]["unique_graphs"])
+
+
+def cuda_device() -> Device:
+    timer, profile, sync = wall_timer(torch.cuda.synchronize), lambda c: profile_call(c, True), torch.cuda.synchronize
+    name, compiled = torch.cuda.get_device_name(), compile_with("inductor")
+    return Device(
+        name, torch.device("cuda"), torch.float16, timer, profile, cuda_peak_mib, compiled, dynamo_graphs, sync
+    )
+
+
+def dry_device() -> Device:
+    """The CPU dry run: the tiny UNets in float32, dynamo's eager backend for both compiled modes (graphs, no code)."""
+    timer, profile, compiled = wall_timer(lambda: None), lambda c: profile_call(c, False), compile_with("eager")
+    cpu, graphs = torch.device("cpu"), dynamo_graphs
+    return Device("CPU (dry run)", cpu, torch.float32, timer, profile, lambda c: 0.0, compiled, graphs, strict=False)
+
+
+# ---------------------------------------------------------------------------------------------- the job
+
+
+class Job:
+    """One run: the cases, their models, inputs and compiled callables, the rows, and what happened in which order
+    (`events`: ("build" | "compile" | "profile" | "time", what), the sequence the tests check)."""
+
+    def __init__(self, device: Device, cases: Sequence[Case], modes: Sequence[str], budget_s: float, out: Path,
+                 rounds: int = 5, calls: int = 2, profiles: int = 3, candidates: Mapping[str, Any] = {}) -> None:  # fmt: skip
+        self.device, self.cases, self.modes, self.out = device, list(cases), list(modes), out
+        self.rounds, self.calls, self.profiles, self.budget_s = rounds, calls, profiles, budget_s
+        self.started = time.monotonic()
+        self.variants = {case.name: variants(case, candidates) for case in cases}
+        self.models: dict[str, nn.Module] = {}
+        self.inputs: dict[str, Inputs] = {}
+        self.compiled: dict[tuple[str, str], Callable[..., Any]] = {}
+        self.call_s: dict[str, float] = {}  # the slowest eager call of each case, for the budget
+        self.rows: dict[tuple[str, str, str], Timed] = {}
+        self.info: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[tuple[str, str]] = []
+        self.not_run: list[str] = []
+        self.checks: list[str] = []
+        out.mkdir(parents=True, exist_ok=True)
+
+    def left(self) -> float:
+        return self.started + self.budget_s - time.monotonic()
+
+    def say(self, text: str) -> None:
+        line = f"[gpu-job {time.monotonic() - self.started:6.1f} s] {text}"
+        print(line, flush=True)
+        with open(self.out / "gpu-job.log", "a") as log:
+            log.write(line + "\n")
+
+    @contextlib.contextmanager
+    def applied(self, case: Case, v: Variant, mode: str, warm: int = 1) -> Iterator[Callable[[], Any]]:
+        """`v` applied to the case's model and its call in `mode`, warmed `warm` times (untimed): the first call
+        after a patch builds what the patch keeps per grid, a compiled mode's first calls compile and record."""
+        model, (args, kwargs) = self.models[case.arch], self.inputs[case.name]
+        fn = model if mode in ("eager", "busy") else self.compiled[case.arch, mode]
+        # under CUDA graphs each call is a step of its own: no output of the graphs is kept
+        step = torch.compiler.cudagraph_mark_step_begin if mode == "cudagraphs" else lambda: None
+
+        def call() -> Any:
+            step()
+            return fn(*args, **kwargs)
+
+        v.apply(model)
         try:
-            with torch.inference_mode(), job.timing_lock():
-                for _ in range(3):
-                    comp(*args, **kwargs)
-                timing = wall_ms(lambda: comp(*args, **kwargs).sample, 0.05 if job.smoke else 0.6)
-            merged = merged_text(unet, v)
-        except Exception as exc:
-            job.say(part, f"{v.name} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
-            continue
+            with torch.inference_mode():
+                for _ in range(warm):
+                    call()
+                self.device.sync()
+                yield call
         finally:
-            v.remove(unet)
-        row = {
-            "part": "compiled",
-            "mode": mode,
-            "arch": arch,
-            "size": size,
-            "variant": v.name,
-            "compile_s": compile_s[v.name],
-            **timing,
-            "recompiles": int(counters["stats"]["unique_graphs"]) - graphs,
-            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
-            "merged": merged,
+            v.remove(model)
+
+    def run(self) -> None:
+        self.build()
+        for case in self.cases:
+            if self.left() < self.reserve([case]):
+                self.not_run.append(f"{case.name}: timed rounds (budget)")
+                continue
+            self.rerun(case, self.time_case(case))
+            self.check(case)
+
+    def build(self) -> None:
+        """Models, inputs and each variant's eager call (warmed; peak memory, the fields that ran, what merged),
+        then every compiled variant the budget allows, case by case, baselines first: all before any timing."""
+        for case in self.cases:
+            if case.arch not in self.models:
+                self.models[case.arch] = case.model(self.device.dtype, self.device.device)
+            self.inputs[case.name] = case.call_inputs(self.device.dtype, self.device.device)
+            for v in self.variants[case.name]:
+                self.events.append(("build", f"{case.name} {v.name}"))
+                try:
+                    with self.applied(case, v, "eager", warm=2) as call, torch.inference_mode():
+                        start = time.perf_counter()
+                        call()
+                        self.device.sync()
+                        self.call_s[case.name] = max(self.call_s.get(case.name, 0.0), time.perf_counter() - start)
+                        peak = self.device.peak_mib(call)
+                        self.info[case.name, v.name] = {"peak_mib": peak, **merged(self.models[case.arch], v)}
+                except Exception as exc:  # one variant failing must not end the job: it is reported, the rest run
+                    self.say(f"{case.name} {v.name} FAILED {type(exc).__name__}: {exc}")
+                    self.not_run.append(f"{case.name} {v.name}: {type(exc).__name__}: {exc}")
+                    continue
+                for mode in ("busy", "eager"):
+                    self.rows[case.name, v.name, mode] = Timed(case, v, mode)
+        compiled = [m for m in self.modes if m in COMPILE_MODES]
+        spent: dict[str, float] = {}
+        for case, v, mode in [
+            (c, v, m) for c in self.cases for v in self.variants[c.name] if v.compiled for m in compiled
+        ]:
+            guess = spent.get(case.arch, COMPILE_GUESS_S.get(case.presets_family, 60.0))
+            if (case.name, v.name, "eager") not in self.rows or self.left() < guess + self.reserve(self.cases, case):
+                self.not_run.append(f"{case.name} {v.name} {mode}: not compiled (budget, or it failed eager)")
+                continue
+            self.events.append(("compile", f"{case.name} {v.name} {mode}"))
+            start = time.monotonic()
+            try:
+                if (case.arch, mode) not in self.compiled:
+                    self.compiled[case.arch, mode] = self.device.compile(self.models[case.arch], COMPILE_MODES[mode])
+                with self.applied(case, v, mode, warm=3):  # compiles; under CUDA graphs the later calls record
+                    pass
+            except Exception as exc:
+                self.say(f"{case.name} {v.name} {mode} FAILED to compile: {type(exc).__name__}: {str(exc)[:300]}")
+                self.not_run.append(f"{case.name} {v.name} {mode}: {type(exc).__name__}")
+                continue
+            spent[case.arch] = time.monotonic() - start
+            self.say(f"{case.name} {v.name} {mode}: compiled and warmed in {spent[case.arch]:.0f} s")
+            self.rows[case.name, v.name, mode] = Timed(case, v, mode)
+
+    def reserve(self, cases: Sequence[Case], more: Case | None = None) -> float:
+        """Seconds the timed rounds of `cases` will take, half again for re-runs, with one more compiled row of
+        `more`: each sample a warm call and `calls` calls (an eager call's time), each profile half a second more."""
+        total = 10.0
+        for case in cases:
+            modes = [m for (name, _, m) in self.rows if name == case.name] + (["compiled"] if more == case else [])
+            calls = sum(self.profiles if m == "busy" else self.rounds * (self.calls + 1) for m in modes)
+            total += 1.5 * (calls * self.call_s.get(case.name, 0.1) + 0.5 * self.profiles * modes.count("busy"))
+        return total
+
+    def time_case(self, case: Case, rows: Sequence[Timed] | None = None, rounds: int | None = None) -> list[Timed]:
+        """Round-robin: each round times every row once (busy rows: one profiled call each, in the first rounds),
+        applying its variant, warming its call once, and removing it again; no graph may compile meanwhile."""
+        rows = list(rows if rows is not None else (r for r in self.rows.values() if r.case == case))
+        graphs = self.device.graphs()
+        for rnd in range(rounds or self.rounds):
+            for row in [r for r in rows if r.mode != "busy" or rnd < self.profiles]:
+                self.events.append(
+                    ("profile" if row.mode == "busy" else "time", f"{case.name} {row.variant.name} {row.mode}")
+                )
+                with self.applied(case, row.variant, row.mode) as call, torch.inference_mode():
+                    if row.mode != "busy":
+                        row.samples.append(self.device.timer(row, call, self.calls))
+                        continue
+                    busy, kernels, ops = self.device.profile(call)
+                    row.samples.append(busy)
+                    info = self.info[case.name, row.variant.name]
+                    if busy < info.get("least_busy_ms", float("inf")):  # the operations of the least busy profile
+                        info |= {"least_busy_ms": busy, "kernels_per_call": kernels, "ops": ops}
+                        info["aten_calls_per_call"] = sum(op[2] for op in ops)
+        if self.device.graphs() != graphs:
+            raise Stop(f"{case.name}: {self.device.graphs() - graphs} graph(s) compiled during the timed rounds")
+        return rows
+
+    def rerun(self, case: Case, rows: Sequence[Timed]) -> None:
+        """Rows above SPREAD timed again with the baseline of their mode, round-robin (their first samples kept)."""
+        for mode in dict.fromkeys(r.mode for r in rows if not r.reliable):
+            again = [r for r in rows if r.mode == mode and (not r.reliable or r.variant.name == "baseline")]
+            flagged = ", ".join(r.variant.name for r in again if not r.reliable)
+            self.say(f"{case.name} {mode}: {flagged} spread above {SPREAD:.0%}: timed again with the baseline")
+            for r in again:
+                r.first, r.samples = r.samples, []
+            self.time_case(case, again, max(self.rounds, self.profiles))
+            for r in again:
+                state = "" if r.reliable else ": UNRELIABLE"
+                self.say(f"{case.name} {r.variant.name} {mode}: {r.median:.3f} ms, spread {r.spread or 0:.1%}{state}")
+
+    def check(self, case: Case) -> None:
+        """Stop when a baseline is out of line: CUDA graphs slower than eager, or compiled slower beyond the spread
+        (the dry run only reports it: CPU timings say nothing of a GPU)."""
+        eager, compiled, graphs = (self.rows.get((case.name, "baseline", m)) for m in MODES)
+        if eager is None or not eager.samples:
+            return
+        wrong, line = [], f"{case.name}: the {{}} baseline took {{:.3f}} ms per call, slower than the eager baseline's"
+        line += f" {eager.median:.3f} ms{{}}: something else ran on the GPU, or {{}}"
+        if graphs is not None and graphs.samples and graphs.median > eager.median:
+            why = "inductor ran the graph without CUDA graphs (TORCH_LOGS=cudagraphs says why)"
+            wrong.append(line.format("CUDA-graph", graphs.median, "", why))
+        spread = max(eager.spread or 0.0, (compiled.spread if compiled and compiled.samples else None) or 0.0)
+        if compiled is not None and compiled.samples and compiled.median > eager.median * (1 + spread):
+            wrong.append(line.format("compiled", compiled.median, " beyond their spread", "the compile fell back"))
+        if wrong and self.device.strict:
+            raise Stop(wrong[0])
+        got = "".join(f", {r.mode} {r.median:.3f} ms" for r in (compiled, graphs) if r is not None and r.samples)
+        self.checks += [f"would stop on a GPU: {w}" for w in wrong] or [
+            f"{case.name}: baselines in line (eager {eager.median:.3f} ms{got})"
+        ]
+
+    def payload(self, stopped: str | None) -> dict[str, Any]:
+        rows = []
+        for (name, variant), info in self.info.items():
+            case = next(c for c in self.cases if c.name == name)
+            got = {m: r.summary() for m in ("busy", *MODES) if (r := self.rows.get((name, variant, m))) and r.samples}
+            row = {"part": "eager", "arch": case.arch, "size": case.size, "variant": variant, **info, "timings": got}
+            if "busy" in got:  # what calibrate and the speed table read
+                row |= {"gpu_busy_ms": got["busy"]["median_ms"], "busy_reliable": got["busy"]["reliable"]}
+            rows.append(row)
+        now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        out = {
+            "device": self.device.name,
+            "torch": torch.__version__,
+            "date": now,
+            "dry_run": self.device.device.type != "cuda",
         }
-        rows.append(row)
-        job.say(part, f"{v.name:10s} wall {row['wall_ms']:8.2f} ms, recompiles {row['recompiles']} | {merged}")
-        _save(job, part, rows)
+        out |= {"budget_s": self.budget_s, "wall_s": time.monotonic() - self.started, "rounds": self.rounds}
+        out |= {"calls": self.calls, "profiles": self.profiles, "spread_limit": SPREAD, "stopped": stopped}
+        return out | {"checks": self.checks, "not_run": self.not_run, "rows": rows}
 
 
-# ---------------------------------------------------------------------------------------------- the tables
+def merged(model: nn.Module, v: Variant) -> dict[str, Any]:
+    """The TomeConfig fields that ran (a preset resolved for the family; what calibrate rebuilds the variant from)
+    and what the patch says it merged, as 'applied/selected blocks (kinds)'."""
+    if not isinstance(v.fields, Mapping):
+        return {"fields": v.fields, "merged": None}
+    from tome_core import get_config, stats
+
+    st, config = stats(model), get_config(model)
+    what = None if st is None else f"{st.applied}/{st.selected} blocks ({', '.join(f'{k} {n}' for k, n in st.modules)})"
+    return {"fields": None if config is None else config.to_dict(), "merged": what}
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return "-" if not a or not b else f"{a / b:.2f}×"
+#: Operations no patch changes: their device time beside the baseline's tells a disturbed profile (older runs).
+UNTOUCHED = ("aten::cudnn_convolution", "aten::native_group_norm")
 
 
-def tables(rows: Sequence[Mapping[str, Any]], device: str) -> str:
-    """Markdown: per (arch, size) the eager figures of every variant beside the baseline, then the compiled ones."""
-    out = [f"# GPU job: {device}", ""]
-    eager = [r for r in rows if r.get("part") == "eager"]
-    for arch, size in dict.fromkeys((r["arch"], r["size"]) for r in eager):
-        group = [r for r in eager if (r["arch"], r["size"]) == (arch, size)]
-        base = next((r for r in group if r["variant"] == "baseline"), None)
-        out += [
-            f"## {archs.get_arch(arch).label} {size} px, eager (fp16, batch 2)",
-            "",
-            "| variant | GPU busy ms | less GPU time | kernels | kernels added | wall ms | wall speed-up | peak MiB"
-            " | merged (stats) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
+def disturbed(row: Mapping[str, Any], base: Mapping[str, Any] | None, limit: float = 0.05) -> bool:
+    """Whether `row`'s untouched operations took more than `limit` longer than the baseline's (another process's
+    kernels overlapped the profile: runs before the spread rule)."""
+    untouched = lambda r: sum(op[3] for op in r["ops"] if op[0] in UNTOUCHED)
+    return base is not None and untouched(base) > 0 and untouched(row) > (1 + limit) * untouched(base)
+
+
+def tables(data: Mapping[str, Any]) -> str:
+    """Markdown: per case a row per variant, each figure with its spread; an unreliable one says so and feeds no
+    speed-up."""
+    from tome_bench.report import markdown_table
+
+    out = [f"# GPU job: {data['device']}", "", *([f"**Stopped: {data['stopped']}**", ""] if data["stopped"] else [])]
+    head = ["variant", "GPU busy ms", "less GPU time", "kernels", "kernels added"]
+    head += [f"{m} {k}" for m in ("eager", "compiled", "CUDA graphs") for k in ("ms", "speed-up")]
+    for arch, size in dict.fromkeys((r["arch"], r["size"]) for r in data["rows"]):
+        group = [r for r in data["rows"] if (r["arch"], r["size"]) == (arch, size)]
+        base = next((r for r in group if r["variant"] == "baseline"), {"timings": {}})
+        lines = []
         for r in group:
-            added = "-"
-            flag = " (disturbed)" if r is not base and disturbed(r, base) else ""
-            if base is not None and base["kernels_per_call"]:
-                added = f"{100 * (r['kernels_per_call'] / base['kernels_per_call'] - 1):+.1f}%"
-            wall = r.get("wall_ms")
-            out.append(
-                f"| {r['variant']} | {r['gpu_busy_ms']:.2f}{flag} | {_ratio(base and base['gpu_busy_ms'], r['gpu_busy_ms'])}"
-                f" | {r['kernels_per_call']:.0f} | {added} | {'-' if wall is None else f'{wall:.2f}'}"
-                f" | {_ratio(base and base.get('wall_ms'), wall)} | {r['peak_mib']:.0f} | {r.get('merged') or ''} |"
+            kernels, ref = r.get("kernels_per_call"), base.get("kernels_per_call")
+            cells = [r["variant"], *_pair(base, r, "busy"), str(kernels or "-")]
+            cells += [f"{100 * (kernels / ref - 1):+.1f}%" if kernels and ref else "-"]
+            lines.append(
+                [*cells, *(c for m in MODES for c in _pair(base, r, m)), f"{r['peak_mib']:.0f}", r.get("merged") or ""]
             )
-        out.append("")
-    comp = [r for r in rows if r.get("part") == "compiled"]
-    if comp:
-        out += [
-            "## Compiled (torch.compile fullgraph, inductor; reduce-overhead = CUDA graphs)",
-            "",
-            "| mode | model | variant | wall ms | speed-up | eager wall ms | compile s | recompiles | merged |",
-            "|---|---|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for r in comp:
-            base = next(
-                (
-                    c
-                    for c in comp
-                    if (c["mode"], c["arch"], c["size"], c["variant"]) == (r["mode"], r["arch"], r["size"], "baseline")
-                ),
-                None,
-            )
-            twin = next(
-                (e for e in eager if (e["arch"], e["size"], e["variant"]) == (r["arch"], r["size"], r["variant"])), {}
-            )
-            eager_wall = twin.get("wall_ms")
-            out.append(
-                f"| {r['mode']} | {archs.get_arch(r['arch']).label} {r['size']} | {r['variant']} | {r['wall_ms']:.2f}"
-                f" | {_ratio(base and base['wall_ms'], r['wall_ms'])} | {'-' if eager_wall is None else f'{eager_wall:.2f}'}"
-                f" | {r['compile_s']:.0f} | {r['recompiles']} | {r.get('merged') or ''} |"
-            )
-        out.append("")
-    return "\n".join(out)
+        table = markdown_table([*head, "peak MiB", "merged (stats)"], lines)
+        label = archs.ARCHS[arch].label if arch in archs.ARCHS else arch
+        out += [f"## {label} {size} px (fp16)", "", table, ""]
+    out += [f"ms: median per call (spread: (max - min) / median of its samples); unreliable: above {SPREAD:.0%} after"]
+    out += [" a re-run, no speed-up from it. not run: not compiled (the budget) or not measured.", ""]
+    out += [f"- check: {c}" for c in data["checks"]] + [f"- not run: {n}" for n in data["not_run"]]
+    return "\n".join(out) + "\n"
+
+
+def _pair(base: Mapping[str, Any], row: Mapping[str, Any], mode: str) -> tuple[str, str]:
+    """A row's median ms (spread) in one mode, and its speed-up over the baseline's unless either is unreliable."""
+    got, ref = row["timings"].get(mode), base["timings"].get(mode)
+    if not got:
+        return "not run", "-"
+    ms = f"{got['median_ms']:.2f} ({got['spread'] or 0:.0%})" + ("" if got["reliable"] else " unreliable")
+    return ms, f"{ref['median_ms'] / got['median_ms']:.2f}x" if ref and ref["reliable"] and got["reliable"] else "-"
 
 
 # ---------------------------------------------------------------------------------------------- the command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tome_bench --gpu-job", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("bench-out/gpu-job"), help="where the rows and tables go")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="seconds the job may take in all (default 420)")
-    ap.add_argument("--candidates", type=Path, help="JSON: name -> {family -> TomeConfig fields}, measured too")
-    ap.add_argument("--smoke", action="store_true", help="the tiny UNets on the CPU in float32 (tests)")
-    ap.add_argument("--no-compiled", action="store_true", help="the eager part alone")
-    ap.add_argument("--part", help=argparse.SUPPRESS)  # a compiled part, in its own process
-    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    ap = argparse.ArgumentParser(prog="python -m tome_bench gpu-job", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench-out/gpu-job"), help="where gpu.json and gpu.md go")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="seconds it may take (default 480: a 10-min run)")
+    ap.add_argument("--cases", help=f"ARCH:SIZE,... (default {','.join(f'{c.arch}:{c.size}' for c in CASES)})")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"of {','.join(MODES)} (default all)")
+    ap.add_argument("--rounds", type=int, default=5, help="timed samples per row (default 5)")
+    ap.add_argument("--calls", type=int, default=2, help="calls per timed sample (default 2)")
+    ap.add_argument("--candidates", type=Path, help="JSON: name -> {family -> TomeConfig fields}, measured eager too")
+    ap.add_argument("--dry-run", action="store_true", help="the tiny UNets on the CPU: the sequence, no GPU figure")
+    help_write = "put the measured rows into tome_core/speed_table.json: of this run, or of GPU_JSON without a run"
+    ap.add_argument("--write", nargs="?", const="", metavar="GPU_JSON", help=help_write)
     return ap
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], device: Device | None = None) -> int:
     a = build_parser().parse_args(argv)
-    if not a.smoke and not torch.cuda.is_available():
-        print("error: --gpu-job needs CUDA (or --smoke for the CPU check)", file=sys.stderr)
+    if a.write:
+        return write(json.loads(Path(a.write).read_text()))
+    if device is None and not a.dry_run and not torch.cuda.is_available():
+        print("error: gpu-job needs CUDA (--dry-run runs its sequence on the CPU)", file=sys.stderr)
         return 2
-    started = time.time() if a.deadline is None else a.deadline - a.budget_s
-    job = Job(a.out, a.smoke, a.budget_s, started)
-    if a.part:
-        mode, arch, size, names = a.part.split(":")
-        part_compiled(job, mode, arch, int(size), names.split(","))
-        return 0
+    device = device or (dry_device() if a.dry_run else cuda_device())
+    cases = DRY_CASES if a.dry_run else CASES
+    cases = tuple(Case(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")) if a.cases else cases
     candidates = json.loads(a.candidates.read_text()) if a.candidates else {}
-    for stale in [*job.out.glob("warm.*"), *job.out.glob("rows-*.json")]:
-        stale.unlink()
-    parts = [] if a.no_compiled else list(SMOKE_COMPILED if a.smoke else COMPILED_PARTS)
-    procs = []
-    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "4")}
-    for mode, arch, size, names in parts:
-        cmd = [sys.executable, "-m", "tome_bench", "--gpu-job", "--out", str(job.out), "--budget-s", str(a.budget_s)]
-        cmd += ["--deadline", str(job.deadline - 10), "--part", f"{mode}:{arch}:{size}:{','.join(names)}"]
-        cmd += ["--smoke"] if a.smoke else []
-        log = open(job.out / f"compiled-{mode}-{arch}-{size}.out", "w")  # noqa: SIM115 (closed below)
-        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
-    device = "CPU (smoke)" if a.smoke else f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
-    job.say("eager", device)
+    modes = options.names(a.modes, MODES, "--modes")
+    job = Job(device, cases, modes, a.budget_s, a.out, a.rounds, a.calls, candidates=candidates)
+    job.say(f"{device.name}: {', '.join(c.name for c in cases)}; {', '.join(modes)}; budget {a.budget_s:.0f} s")
+    stopped = None
     try:
-        part_eager(job, candidates, SMOKE_EAGER if a.smoke else EAGER_SIZES, len(parts))
-    finally:
-        for proc, log in procs:
-            try:
-                proc.wait(timeout=max(5.0, job.left() + 5))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-    rows = [row for path in sorted(job.out.glob("rows-*.json")) for row in json.loads(path.read_text())]
-    (job.out / "gpu.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
-    text = tables(rows, device)
-    (job.out / "gpu.md").write_text(text)
-    print(text)
+        job.run()
+    except Stop as exc:
+        stopped = str(exc)
+        job.say(f"STOPPED: {stopped}")
+    data = job.payload(stopped)
+    (a.out / "gpu.json").write_text(json.dumps(data, indent=1))
+    (a.out / "gpu.md").write_text(tables(data))
+    print(tables(data))
+    return 1 if stopped else write(data) if a.write == "" else 0
+
+
+def write(data: Mapping[str, Any]) -> int:
+    """The measured rows of a GPU job's output into the speed table (`estimate.measured_rows`)."""
+    from tome_bench import estimate
+
+    if data.get("dry_run") or data.get("stopped"):
+        print("error: a dry run or a stopped job measured nothing for the speed table", file=sys.stderr)
+        return 2
+    sources, rows = estimate.measured_rows(data)
+    estimate.write_table(sources, rows)
+    print(f"wrote {len(rows)} measured rows into {estimate.SPEED_TABLE}")
     return 0

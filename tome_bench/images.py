@@ -1,32 +1,26 @@
-"""Their own model, their own eyes (`python -m tome_bench --checkpoint FILE --images`): one prompt and seed through
-a user's checkpoint, unpatched and at each preset, decoded with the checkpoint's own VAE into one labelled grid.
+"""Their own model, their own eyes (`python -m tome_bench images --checkpoint FILE`): one prompt and seed through a
+user's checkpoint, unpatched and at each preset, decoded with the checkpoint's own VAE into one labelled grid.
 
-Everything comes from the one single-file checkpoint (the A1111/ComfyUI layout: `model.diffusion_model.*`,
-`first_stage_model.*`, and `cond_stage_model.transformer.*` or SDXL's `conditioner.embedders.0/1.*`), converted
-with diffusers' own single-file helpers and configs read from the tensors' shapes, so nothing is downloaded:
+Everything comes from the one single-file checkpoint (the A1111/ComfyUI layout), converted with diffusers' own
+single-file helpers and configs read from the tensors' shapes, so nothing is downloaded: the UNet
+(`archs.load_checkpoint`), the VAE (`load_vae`; it decodes in float32: SDXL's overflows in fp16) and the prompt's
+text encoder(s) (`load_text_encoders`) when CLIP's tokenizer is in the local Hugging Face cache (as the WebUI reads
+it offline), else seeded random text states, and the grid, the table and the console say so.
 
-* the UNet: `archs.load_checkpoint`;
-* the VAE: `load_vae`, a diffusers `AutoencoderKL`; it decodes in float32 (SDXL's VAE overflows in fp16);
-* the prompt: the checkpoint's CLIP text encoder(s) (`load_text_encoders`) when CLIP's tokenizer is on this machine
-  (the Hugging Face cache entry of openai/clip-vit-large-patch14, read with local_files_only=True, as the WebUI
-  reads it offline); otherwise seeded random text states, and the grid, the table and the console say so.
-
-Per variant the same start latent, generator, text states and sampler (`--steps`, Euler by default) run through a
-diffusers pipeline patched the way the library patches one (`tome_core.apply_patch(pipe, preset=...)`); variants
-run round-robin after an untimed 1-step generation of each. Under each image: the speed (the unpatched generation's
-sampler time over this one's, `timing.timed_call`, in this process on --device; text encoding and decoding are
-the same for every variant and not timed), the PSNR of the decoded image against the unpatched one, the
-high-frequency energy kept (`hf_energy`, as ToDo, arXiv 2402.13573, reports detail kept) and the latent change
-(||z - z0|| / ||z0|| of the final latents).
-
-Writes OUT/images.png (the grid; its PNG text chunk "tiles" lists the tiles' labels), OUT/images/<variant>.png,
-OUT/images.json and OUT/images.md.
+Per variant the same start latent, generator, text states and sampler run through a diffusers pipeline patched the
+way the library patches one; variants run round-robin after an untimed 1-step generation of each. Under each image:
+the speed (the sampler's time, unpatched over patched, in this process), the PSNR against the unpatched image, the
+high-frequency energy kept (`hf_energy`, as ToDo, arXiv 2402.13573, reports detail kept) and the latent change.
+Writes OUT/images.png (its PNG text chunk "tiles" lists the labels), OUT/images/<variant>.png, images.json and
+images.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -42,8 +36,8 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, generate, report, run
-from tome_bench.options import Options
+from tome_bench import archs, generate, options, report, run
+from tome_bench.options import Defaults, Options
 from tome_bench.timing import timed_call
 
 #: The VAE's latent scale per family (SD1.x and SDXL base), applied before decoding as the pipelines do.
@@ -61,10 +55,6 @@ CLIP_L_PREFIXES = {"sd": "cond_stage_model.transformer.", "sdxl": "conditioner.e
 OPEN_CLIP_PREFIX = "conditioner.embedders.1.model."
 #: CLIP's attention heads are 64 wide (ViT-L: 768 / 12, bigG: 1280 / 20); the tensors do not store the count.
 HEAD_WIDTH = 64
-
-
-def family(spec: archs.Arch) -> str:
-    return "sdxl" if spec.text_time else "sd"
 
 
 def _read(path: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
@@ -110,7 +100,7 @@ def load_vae(path: str, spec: archs.Arch, device: torch.device) -> nn.Module:
         raise ValueError(
             f"{path} holds no VAE (first_stage_model.* tensors): --images decodes with the checkpoint's own VAE"
         )
-    config = vae_config({k[len(VAE_PREFIX) :]: v for k, v in state.items()}, VAE_SCALING[family(spec)])
+    config = vae_config({k[len(VAE_PREFIX) :]: v for k, v in state.items()}, VAE_SCALING[spec.family])
     vae = AutoencoderKL(**config)
     converted = convert_ldm_vae_checkpoint(state, config)
     vae.load_state_dict({k: v.float() for k, v in converted.items()})
@@ -182,15 +172,11 @@ def clip_l(state: Mapping[str, torch.Tensor], prefix: str, tokenizer: Any) -> nn
     sd = {k[len(prefix) :].removeprefix("text_model."): v for k, v in state.items() if k.startswith(prefix)}
     vocab, hidden = sd["embeddings.token_embedding.weight"].shape
     config = _text_config(
-        tokenizer,
-        vocab_size=int(vocab),
-        hidden_size=int(hidden),
-        intermediate_size=int(sd["encoder.layers.0.mlp.fc1.weight"].shape[0]),
+        tokenizer, vocab_size=int(vocab), hidden_size=int(hidden), num_attention_heads=max(1, int(hidden) // HEAD_WIDTH),
+        intermediate_size=int(sd["encoder.layers.0.mlp.fc1.weight"].shape[0]), hidden_act="quick_gelu",
         num_hidden_layers=_count(sd, "encoder.layers.{}.self_attn.q_proj.weight"),
-        num_attention_heads=max(1, int(hidden) // HEAD_WIDTH),
         max_position_embeddings=int(sd["embeddings.position_embedding.weight"].shape[0]),
-        hidden_act="quick_gelu",
-    )
+    )  # fmt: skip
     return _load_into(CLIPTextModel(config), sd, "CLIP text encoder")
 
 
@@ -202,16 +188,12 @@ def open_clip_g(state: Mapping[str, torch.Tensor], tokenizer: Any) -> nn.Module:
     p = OPEN_CLIP_PREFIX
     vocab, hidden = state[f"{p}token_embedding.weight"].shape
     config = _text_config(
-        tokenizer,
-        vocab_size=int(vocab),
-        hidden_size=int(hidden),
-        intermediate_size=int(state[f"{p}transformer.resblocks.0.mlp.c_fc.weight"].shape[0]),
+        tokenizer, vocab_size=int(vocab), hidden_size=int(hidden), num_attention_heads=max(1, int(hidden) // HEAD_WIDTH),
+        intermediate_size=int(state[f"{p}transformer.resblocks.0.mlp.c_fc.weight"].shape[0]), hidden_act="gelu",
         num_hidden_layers=_count(state, p + "transformer.resblocks.{}.ln_1.weight"),
-        num_attention_heads=max(1, int(hidden) // HEAD_WIDTH),
         max_position_embeddings=int(state[f"{p}positional_embedding"].shape[0]),
         projection_dim=int(state[f"{p}text_projection"].shape[1]),
-        hidden_act="gelu",
-    )
+    )  # fmt: skip
     model = CLIPTextModelWithProjection(config)
     return _load_into(model, convert_open_clip_checkpoint(model, dict(state), prefix=p), "OpenCLIP text encoder")
 
@@ -220,7 +202,7 @@ def load_text_encoders(
     path: str, spec: archs.Arch, device: torch.device, dtype: torch.dtype, tokenizer_source: str = CLIP_TOKENIZER
 ) -> TextEncoders:
     """The checkpoint's text encoder(s) and tokenizer(s) for the pipeline, or none and why (seeded text states)."""
-    fam = family(spec)
+    fam = spec.family
     fallback = "seeded random text states, not the prompt"
     try:
         tokenizer = load_tokenizer(tokenizer_source)
@@ -241,7 +223,7 @@ def load_text_encoders(
     vocab = min(m.config.vocab_size for k, m in parts.items() if k.startswith("text_encoder"))
     if len(tokenizer) > vocab:
         return TextEncoders(
-            {}, f"{fallback}: the tokenizer's {len(tokenizer)} tokens do not fit the encoder's {vocab}-token vocabulary"
+            {}, f"{fallback}: the tokenizer's {len(tokenizer)} tokens do not fit the {vocab} of the encoder"
         )
     for key in ("text_encoder", "text_encoder_2"):
         if key in parts:
@@ -255,12 +237,8 @@ def prompt_inputs(pipe: Any, spec: archs.Arch, prompt: str, device: torch.device
     with torch.inference_mode():
         if spec.text_time:
             cond, uncond, pooled, uncond_pooled = pipe.encode_prompt(prompt, device=device, negative_prompt="")
-            return {
-                "prompt_embeds": cond,
-                "negative_prompt_embeds": uncond,
-                "pooled_prompt_embeds": pooled,
-                "negative_pooled_prompt_embeds": uncond_pooled,
-            }
+            pooled_embeds = {"pooled_prompt_embeds": pooled, "negative_pooled_prompt_embeds": uncond_pooled}
+            return {"prompt_embeds": cond, "negative_prompt_embeds": uncond, **pooled_embeds}
         cond, uncond = pipe.encode_prompt(prompt, device, 1, True, negative_prompt="")
     return {"prompt_embeds": cond, "negative_prompt_embeds": uncond}
 
@@ -328,9 +306,10 @@ class Tile:
         if self.fields is None:
             return [self.label, f"{_seconds(self.seconds)} (the reference)", "", ""]
         psnr_text = "identical" if self.psnr_db is None else f"PSNR {self.psnr_db:.1f} dB"
+        speed = f"speed {self.speed or 0:.2f}x ({_seconds(self.seconds)})"
         return [
             self.label,
-            f"speed {self.speed or 0:.2f}x ({_seconds(self.seconds)})",
+            speed,
             f"{psnr_text}, HF kept {_num(self.hf_kept)}",
             f"latent change {_num(self.latent_change, '.4f')}",
         ]
@@ -484,9 +463,41 @@ def format_table(tiles: Sequence[Tile]) -> str:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def main(opts: Options, argv: Sequence[str], tokenizer_source: str = CLIP_TOKENIZER) -> int:
+#: The prompt unless --prompt says otherwise.
+PROMPT = "a lighthouse on a rocky coast at sunset, waves, detailed photograph"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tome_bench images", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a single-file SD1.5 or SDXL .safetensors")
+    p.add_argument("--prompt", default=PROMPT, help=f"the prompt (default {PROMPT!r})")
+    p.add_argument("--steps", type=int, default=20, help="sampler steps (default 20)")
+    p.add_argument("--scheduler", choices=options.SCHEDULERS, default="euler", help="sampler (default euler)")
+    p.add_argument("--guidance", type=float, default=7.0, help="classifier-free guidance (default 7)")
+    defaults = {"arch": "the checkpoint's", "sizes": "the architecture's native one", "presets": "all", "repeats": 1}
+    keys = ("arch", "sizes", "presets", "repeats", "seed", "device", "dtype", "threads", "clock", "out")
+    return options.add(p, *keys, defaults=defaults | {"device": "cuda where available", "out": "bench-out"})
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    def make(a: argparse.Namespace) -> Options:
+        if not os.path.isfile(a.checkpoint) or not a.checkpoint.endswith(".safetensors"):
+            raise ValueError(f"--checkpoint must be a .safetensors file, got {a.checkpoint!r}")
+        a.arch = a.arch or archs.checkpoint_arch(a.checkpoint)
+        cuda = a.device is None and a.clock != "cpu" and torch.cuda.is_available()
+        opts = options.build("images", a, Defaults({}, 1, presets="all"), "cuda" if cuda else None)
+        if len(opts.arches) != 1 or len(opts.sizes) != 1 or a.steps < 1:
+            raise ValueError(f"images makes one grid of one architecture at one size, got {a.arch} at {a.sizes}")
+        opts.steps, opts.scheduler, opts.guidance, opts.prompt = a.steps, a.scheduler, a.guidance, a.prompt
+        return opts
+
+    return options.parse(build_parser(), argv, make)
+
+
+def main(argv: Sequence[str], tokenizer_source: str = CLIP_TOKENIZER) -> int:
     """Generate, decode, measure, and write the grid and the numbers; 0 when the unpatched image is finite, 2 when
     the checkpoint does not hold the architecture's UNet or a VAE."""
+    opts = parse_options(argv)
     assert opts.checkpoint is not None and opts.steps is not None
     started = time.perf_counter()
     if opts.threads is not None:
@@ -504,17 +515,9 @@ def main(opts: Options, argv: Sequence[str], tokenizer_source: str = CLIP_TOKENI
     text = load_text_encoders(opts.checkpoint, spec, opts.device, opts.dtype, tokenizer_source)
     print(f"text: {text.note}", file=sys.stderr, flush=True)
     pipe = generate.build_pipeline(spec, unet, opts.scheduler, name=opts.checkpoint, parts={"vae": vae, **text.parts})
+    common = {"steps": opts.steps, "guidance": opts.guidance, "dtype": opts.dtype, "device": opts.device}
     inputs = generate.make_gen_inputs(
-        spec,
-        height,
-        width,
-        steps=opts.steps,
-        guidance=opts.guidance,
-        latent_kind="noise",
-        dtype=opts.dtype,
-        device=opts.device,
-        seed=opts.seed,
-        scheduler=opts.scheduler,
+        spec, height, width, latent_kind="noise", seed=opts.seed, scheduler=opts.scheduler, **common
     )
     if text.encoded:
         inputs.fixed.update(prompt_inputs(pipe, spec, opts.prompt, opts.device))
@@ -533,54 +536,29 @@ def main(opts: Options, argv: Sequence[str], tokenizer_source: str = CLIP_TOKENI
     opts.out.mkdir(parents=True, exist_ok=True)
     folder = opts.out / "images"
     folder.mkdir(exist_ok=True)
-    pictures = []
-    for tile in tiles:
+    pictures = [to_pil(outputs[t.variant][1] if t.variant in outputs else torch.ones(3, height, width)) for t in tiles]
+    for tile, picture in zip(tiles, pictures):
         if tile.variant in outputs:
-            picture = to_pil(outputs[tile.variant][1])
             picture.save(folder / f"{tile.variant}.png")
-        else:
-            picture = to_pil(torch.ones(3, height, width))
-        pictures.append(picture)
     paths = [opts.out / "images.png", opts.out / "images.json", opts.out / "images.md"]
     save_grid(draw_grid(pictures, tiles, caption), paths[0], tiles)
     wall = time.perf_counter() - started
     table = format_table(tiles)
     data = {
-        "command": [*report.COMMAND, *argv],
+        "command": [*report.COMMAND, "images", *argv],
         "checkpoint": opts.checkpoint,
         "arch": spec.name,
         "size": size,
-        "prompt": opts.prompt,
-        "text": text.note,
-        "prompt_encoded": text.encoded,
-        "seed": opts.seed,
-        "steps": opts.steps,
-        "scheduler": opts.scheduler,
-        "guidance": opts.guidance,
-        "device": where,
-        "dtype": opts.dtype_name,
-        "clock": opts.clock,
-        "repeats": opts.repeats,
-        "hf_cutoff_of_nyquist": HF_CUTOFF,
-        "rows": [{**asdict(t), "seconds": t.seconds} for t in tiles],
-        "wall_s": wall,
     }
+    data |= {"prompt": opts.prompt, "text": text.note, "prompt_encoded": text.encoded, "seed": opts.seed}
+    data |= {"steps": opts.steps, "scheduler": opts.scheduler, "guidance": opts.guidance, "device": where}
+    data |= {"dtype": opts.dtype_name, "clock": opts.clock, "repeats": opts.repeats, "hf_cutoff_of_nyquist": HF_CUTOFF}
+    data |= {"rows": [{**asdict(t), "seconds": t.seconds} for t in tiles], "wall_s": wall}
     paths[1].write_text(json.dumps(data, indent=2))
+    title = f"# Your checkpoint, unpatched and at each preset: {Path(opts.checkpoint).name}"
+    command = f"Command: `{report.command_line(['images', *argv])}`"
     paths[2].write_text(
-        "\n".join(
-            [
-                f"# Your checkpoint, unpatched and at each preset: {Path(opts.checkpoint).name}",
-                "",
-                f"Command: `{report.command_line(argv)}`",
-                "",
-                *[f"- {line}" for line in caption],
-                "",
-                "![grid](images.png)",
-                "",
-                table,
-                "",
-            ]
-        )
+        "\n".join([title, "", command, "", *[f"- {c}" for c in caption], "", "![grid](images.png)", "", table, ""])
     )
     print(table)
     print(f"\ntext: {text.note}")

@@ -1,4 +1,6 @@
-"""Measuring: the variants (baseline, ours, tomesd), one timed UNet step, and the merge overhead of one block."""
+"""Measuring variants side by side: the variants (baseline, ours, tomesd, the presets), the round-robin rounds both
+timing modes run (`run_rounds`: one UNet call here, a whole generation in `generate`), one size of the per-call mode
+(`bench_size`), the merge overhead of one block on the product's path, and the progress bar of the calls."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import importlib.metadata
 import math
 import statistics
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -16,43 +20,25 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench import archs, compiled, ops, timing
-from tome_bench.options import PRESET_PREFIX, Options, OverheadRow, Row, spread
-from tome_bench.timing import timed_call
+from tome_bench import archs, timing
+from tome_bench.options import PRESET_PREFIX, Options, Row, spread
 from tome_core import TomeConfig
 from tome_core import merge as merge_ops
 
-__all__ = [
-    "OverheadRow",
-    "Row",
-    "SeededGlobalRng",
-    "Variant",
-    "bench_overhead",
-    "bench_size",
-    "deviation",
-    "hook_count",
-    "make_variants",
-    "noop",
-    "psnr_db",
-    "run_step",
-]
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+#: One run of a variant: (seconds, output as float32 on the CPU, peak memory growth in bytes or None).
+Run = tuple[float, torch.Tensor, int | None]
 
-# ---------------------------------------------------------------------------------------------- measuring
+# ---------------------------------------------------------------------------------------------- measures
 
 
 def run_step(
-    unet: nn.Module,
-    inputs: tuple[tuple[Any, ...], dict[str, Any]],
-    device: torch.device,
-    *,
-    sample_rss: bool,
-    clock_name: str = "wall",
-) -> tuple[float, torch.Tensor, int | None]:
+    unet: nn.Module, inputs: Inputs, device: torch.device, *, sample_rss: bool, clock_name: str = "wall"
+) -> Run:
     """One timed UNet call: (seconds, output as float32 on CPU, peak memory growth in bytes or None)."""
     args, kwargs = inputs
-    seconds, out, mem = timed_call(
-        lambda: unet(*args, **kwargs, return_dict=False)[0], device, clock_name=clock_name, sample_rss=sample_rss
-    )
+    call = lambda: unet(*args, **kwargs, return_dict=False)[0]
+    seconds, out, mem = timing.timed_call(call, device, clock_name=clock_name, sample_rss=sample_rss)
     return seconds, out.detach().float().cpu(), mem
 
 
@@ -63,21 +49,14 @@ def deviation(out: torch.Tensor, base: torch.Tensor) -> float:
 
 
 def psnr_db(out: torch.Tensor, base: torch.Tensor) -> float | None:
-    """PSNR of `out` against `base` in dB, the peak being the range of `base` (max - min), in float64.
-
-    None when the two are identical (infinite PSNR); JSON writes it as null.
-    """
+    """PSNR of `out` against `base` in dB, the peak being the range of `base`; None when identical (JSON null)."""
     base64 = base.double()
     mse = float((out.double() - base64).pow(2).mean())
-    if mse == 0.0:
-        return None
-    peak = float(base64.max() - base64.min())
-    return 10.0 * math.log10(max(peak, 1e-30) ** 2 / mse)
+    return None if mse == 0.0 else 10.0 * math.log10(max(float(base64.max() - base64.min()), 1e-30) ** 2 / mse)
 
 
 def hook_count(model: nn.Module) -> int:
-    """Forward, pre-forward and backward hooks on `model` and every submodule, and the forwards set on their
-    instances (how ours and diffusers' hooks install): a removal must bring it back."""
+    """Hooks on `model` and every submodule, and the forwards set on their instances: a removal must bring it back."""
     return sum(
         len(m._forward_hooks)
         + len(m._forward_pre_hooks)
@@ -88,165 +67,8 @@ def hook_count(model: nn.Module) -> int:
     )
 
 
-def _class_names(model: nn.Module) -> list[str]:
+def class_names(model: nn.Module) -> list[str]:
     return [type(m).__qualname__ + "@" + type(m).__module__ for m in model.modules()]
-
-
-# ---------------------------------------------------------------------------------------------- variants
-
-
-@dataclass
-class Variant:
-    kind: str  # baseline | ours | ours:NAME | ours:preset=NAME | tomesd
-    ratio: float | None
-    apply: Callable[[nn.Module], None]
-    remove: Callable[[nn.Module], None]
-    times: list[float] = field(default_factory=list)
-    mems: list[int] = field(default_factory=list)
-    output: torch.Tensor | None = None
-    #: Output per start latent kind (the first kind's is `output`).
-    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
-    error: str | None = None
-    #: --compile: runs through the compiled UNet; graphs dynamo compiled for it in the warm-up and in timed runs,
-    #: and its first run's time (compiling included).
-    compiled: bool = False
-    graphs: int = 0
-    recompiles: int = 0
-    cudagraph_skips: int = 0
-    first_s: float | None = None
-
-    @property
-    def label(self) -> str:
-        return self.kind if self.ratio is None else f"{self.kind} r={self.ratio:g}"
-
-
-def noop(model: Any) -> None:
-    """The baseline's apply and remove: nothing."""
-    return None
-
-
-def load_tomesd() -> tuple[Any | None, str]:
-    """(module, version) or (None, why not)."""
-    try:
-        module = importlib.import_module("tomesd")
-    except ImportError as exc:
-        return None, f"tomesd is not installed ({exc}); the tomesd comparison is skipped (pip install tomesd==0.1.3)"
-    try:
-        version = importlib.metadata.version("tomesd")
-    except importlib.metadata.PackageNotFoundError:
-        version = getattr(module, "__version__", "unknown")
-    return module, version
-
-
-def preset_variant_name(name: str) -> str:
-    return f"{PRESET_PREFIX}{name}"
-
-
-def _first_attention_level(unet: nn.Module) -> int:
-    """Downsampling (1, 2, 4, ...) of the shallowest transformer block, read the way the core reads it."""
-    return min(tome_core.blocks_per_level(unet))
-
-
-def tomesd_max_downsample(opts: Options, unet: nn.Module) -> int:
-    """tomesd's max_downsample from --tomesd-max-downsample ('auto': the UNet's first attention level)."""
-    if opts.tomesd_max_downsample == "auto":
-        return _first_attention_level(unet)
-    return int(opts.tomesd_max_downsample)
-
-
-def tomesd_merges_nothing(opts: Options, unet: nn.Module) -> bool:
-    """Whether tomesd at --tomesd-max-downsample reaches no transformer block of `unet` (its default 1 on SDXL,
-    which has no attention at full resolution): patched, it computes exactly what the unpatched UNet does."""
-    return tomesd_max_downsample(opts, unet) < _first_attention_level(unet)
-
-
-def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
-    """baseline; at every ratio ours, each --ours configuration and tomesd; then each --presets preset once.
-
-    The main job and the GPU estimate leave out a tomesd that merges nothing (`tomesd_merges_nothing`): on SDXL its
-    calls would time the unpatched UNet again, a minute of a ten-minute job on a CPU; the report says so instead.
-    """
-    variants = [Variant("baseline", None, noop, noop)]
-    base_cfg = TomeConfig.from_dict(opts.ours_fields)
-    tomesd_md = tomesd_max_downsample(opts, unet)
-    if (opts.main_job or opts.estimate_only) and tomesd is not None and tomesd_merges_nothing(opts, unet):
-        tomesd = None
-    ours = [("ours", base_cfg)] if "ours" in opts.variants else []
-    ours += [(kind, TomeConfig.from_dict(fields)) for kind, fields in opts.extra_ours]
-    for r in opts.ratios:
-        for kind, ours_cfg in ours:
-            cfg = ours_cfg.replace(ratio=r)
-            variants.append(Variant(kind, r, lambda u, cfg=cfg: tome_core.apply_patch(u, cfg), tome_core.remove_patch))
-        if "tomesd" in opts.variants and tomesd is not None:
-            rng = SeededGlobalRng(opts.seed, opts.device)
-
-            def apply_tomesd(u: nn.Module, r: float = r, rng: SeededGlobalRng = rng) -> None:
-                rng.enter()
-                tomesd.apply_patch(u, ratio=r, max_downsample=tomesd_md)
-
-            def remove_tomesd(u: nn.Module, rng: SeededGlobalRng = rng) -> None:
-                tomesd.remove_patch(u)
-                rng.exit()
-
-            variants.append(Variant("tomesd", r, apply_tomesd, remove_tomesd))
-    for name in opts.presets:  # a preset fixes its own ratio: once, whatever --ratios says
-        variants.append(
-            Variant(
-                preset_variant_name(name),
-                None,
-                lambda u, name=name: tome_core.apply_patch(u, preset=name),
-                tome_core.remove_patch,
-            )
-        )
-    return variants
-
-
-class SeededGlobalRng:
-    """tomesd forks the global RNG on its first call: seed it for reproducible partitions, then restore it.
-
-    The caller's global RNG state is saved on `enter` and put back on `exit`, so running the benchmark
-    in-process (tests) leaves torch's global RNG as it found it.
-    """
-
-    def __init__(self, seed: int, device: torch.device) -> None:
-        self.seed = seed
-        self.cuda = device.type == "cuda"
-        self.saved: tuple[torch.Tensor, list[torch.Tensor] | None] | None = None
-
-    def enter(self) -> None:
-        self.saved = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if self.cuda else None)
-        torch.manual_seed(self.seed)
-
-    def exit(self) -> None:
-        if self.saved is None:
-            return
-        cpu, cuda = self.saved
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-        self.saved = None
-
-
-def run_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
-    """What `bench_size` runs at each size: `make_variants`, and with --compile a compiled twin of each."""
-    variants = make_variants(opts, unet, tomesd)
-    return compiled.twins(variants, compiled_twin) if opts.compile_mode else variants
-
-
-def extra_latents_first(opts: Options) -> bool:
-    """Whether the untimed rounds on the further start latents run before the timed ones, as the warm-up: the main
-    job's way of giving every variant an untimed first call without a priming call of its own."""
-    return opts.main_job and opts.warmup == 0 and len(opts.latents) > 1
-
-
-def primes(opts: Options) -> bool:
-    """Whether `bench_size` makes one untimed unpatched call before its rounds (no warm-up round otherwise)."""
-    return opts.warmup == 0 and not extra_latents_first(opts)
-
-
-def calls_per_size(opts: Options, variants: int) -> int:
-    """UNet calls `bench_size` makes at one size with `variants` variants (the priming call included)."""
-    return (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants + primes(opts)
 
 
 def size_label(size: tuple[int, int]) -> str:
@@ -255,74 +77,198 @@ def size_label(size: tuple[int, int]) -> str:
     return f"{width}" if width == height else f"{width}x{height}"
 
 
-def make_row(spec: archs.Arch, label: str, v: Variant, base: Variant, kinds: list[str]) -> Row:
+# ---------------------------------------------------------------------------------------------- variants
+
+
+@dataclass
+class Variant:
+    kind: str  # baseline | ours | ours:NAME | ours:preset=NAME | tomesd | a peer's setting
+    ratio: float | None
+    apply: Callable[[Any], None]
+    remove: Callable[[Any], None]
+    times: list[float] = field(default_factory=list)
+    mems: list[int] = field(default_factory=list)
+    output: torch.Tensor | None = None
+    #: Output per start latent kind (the first kind's is `output`).
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.ratio is None else f"{self.kind} r={self.ratio:g}"
+
+
+def noop(model: Any) -> None:
+    """The baseline's apply and remove: nothing."""
+
+
+def load_tomesd() -> tuple[Any | None, str]:
+    """(module, version) or (None, why not)."""
+    try:
+        module = importlib.import_module("tomesd")
+    except ImportError as exc:
+        return None, f"tomesd is not installed ({exc}); the tomesd comparison is skipped (pip install tomesd==0.1.3)"
+    return module, importlib.metadata.version("tomesd")
+
+
+def preset_variant_name(name: str) -> str:
+    return f"{PRESET_PREFIX}{name}"
+
+
+def tomesd_max_downsample(setting: str, unet: nn.Module) -> int:
+    """tomesd's max_downsample from --tomesd-max-downsample ('auto': the UNet's first attention level)."""
+    return min(tome_core.blocks_per_level(unet)) if setting == "auto" else int(setting)
+
+
+def tomesd_merges_nothing(setting: str, unet: nn.Module) -> bool:
+    """Whether tomesd at `setting` reaches no transformer block of `unet` (its default 1 on SDXL): patched, it
+    computes exactly what the unpatched UNet does."""
+    return tomesd_max_downsample(setting, unet) < min(tome_core.blocks_per_level(unet))
+
+
+def tomesd_patch(tomesd: Any, ratio: float, max_downsample: int, seed: int, device: torch.device) -> tuple[Any, Any]:
+    """(apply, remove) of tomesd at its defaults but `ratio` and `max_downsample`, its partitions seeded."""
+    rng = SeededGlobalRng(seed, device)
+
+    def apply(unet: nn.Module) -> None:
+        rng.enter()
+        tomesd.apply_patch(unet, ratio=ratio, max_downsample=max_downsample)
+
+    def remove(unet: nn.Module) -> None:
+        tomesd.remove_patch(unet)
+        rng.exit()
+
+    return apply, remove
+
+
+def make_variants(opts: Options, unet: nn.Module, tomesd: Any | None) -> list[Variant]:
+    """baseline; at every ratio ours, each --ours configuration and tomesd; then each preset once. The main job
+    leaves out a tomesd that merges nothing (SDXL: its calls would time the unpatched UNet again)."""
+    variants = [Variant("baseline", None, noop, noop)]
+    if opts.main_job and tomesd is not None and tomesd_merges_nothing(opts.tomesd_max_downsample, unet):
+        tomesd = None
+    ours = [("ours", opts.ours_fields)] if "ours" in opts.variants else []
+    for r in opts.ratios:
+        for kind, fields in [*ours, *opts.extra_ours]:
+            cfg = TomeConfig.from_dict(fields).replace(ratio=r)
+            variants.append(Variant(kind, r, lambda u, cfg=cfg: tome_core.apply_patch(u, cfg), tome_core.remove_patch))
+        if "tomesd" in opts.variants and tomesd is not None:
+            md = tomesd_max_downsample(opts.tomesd_max_downsample, unet)
+            variants.append(Variant("tomesd", r, *tomesd_patch(tomesd, r, md, opts.seed, opts.device)))
+    for name in opts.presets:  # a preset fixes its own ratio: once, whatever --ratios says
+        apply = lambda u, name=name: tome_core.apply_patch(u, preset=name)
+        variants.append(Variant(preset_variant_name(name), None, apply, tome_core.remove_patch))
+    return variants
+
+
+class SeededGlobalRng:
+    """tomesd forks the global RNG on its first call: seed it for reproducible partitions, then put back the
+    caller's state (CPU and CUDA), so that an in-process run leaves torch's global RNG as it found it."""
+
+    def __init__(self, seed: int, device: torch.device) -> None:
+        self.seed, self.cuda = seed, device.type == "cuda"
+        self.saved: tuple[torch.Tensor, list[torch.Tensor] | None] | None = None
+
+    def enter(self) -> None:
+        self.saved = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if self.cuda else None)
+        torch.manual_seed(self.seed)
+
+    def exit(self) -> None:
+        if self.saved is not None:
+            torch.set_rng_state(self.saved[0])
+            if self.saved[1] is not None:
+                torch.cuda.set_rng_state_all(self.saved[1])
+            self.saved = None
+
+
+# ---------------------------------------------------------------------------------------------- rounds
+
+
+def rounds(opts: Options) -> list[tuple[int, str]]:
+    """(round, start latent): the warm-up and timed rounds on the first latent kind, and one untimed round (-1) per
+    further kind, after them or, in the main job, first: there they give every variant its untimed first run."""
+    timed = [(rep, opts.latents[0]) for rep in range(opts.warmup + opts.repeats)]
+    extra = [(-1, kind) for kind in opts.latents[1:]]
+    return extra + timed if extra_latents_first(opts) else timed + extra
+
+
+def extra_latents_first(opts: Options) -> bool:
+    return opts.main_job and opts.warmup == 0 and len(opts.latents) > 1
+
+
+def primes(opts: Options) -> bool:
+    """Whether one untimed unpatched run precedes the rounds: the first run at a shape pays one-time costs (kernel
+    selection, allocator growth) that would otherwise land on the first timed variant, the baseline."""
+    return opts.warmup == 0 and not extra_latents_first(opts)
+
+
+def run_rounds(
+    opts: Options,
+    variants: Sequence[Variant],
+    measure: Callable[[Variant, str, int], Run],
+    skip: Callable[[Variant], None],
+    subject: str,
+    checks: list[tuple[bool, str]],
+) -> None:
+    """Every round of `rounds(opts)`, every variant in turn: `measure(v, kind, rep)` applies, runs and removes it.
+    A variant that fails is left out of the later rounds (its row says why; `skip` hears of each run it misses);
+    the baseline's later timed outputs must stay bitwise its first (a check, unless it ran once)."""
+    base, compared, max_diff = variants[0], 0, 0.0
+    for rep, kind in rounds(opts):
+        warm = 0 <= rep < opts.warmup
+        for v in variants:
+            if v.error is not None:
+                skip(v)
+                continue
+            try:
+                seconds, out, mem = measure(v, kind, rep)
+            except Exception as exc:  # a failing variant must not stop the others
+                if v is base:
+                    raise
+                v.error = f"{type(exc).__name__}: {exc}"
+                print(f"\n{v.label} failed at {subject}: {v.error}", file=sys.stderr)
+                continue
+            if rep < 0:
+                v.outputs[kind] = out
+                continue
+            if rep == 0:
+                v.output = v.outputs[kind] = out
+                v.mems += [] if mem is None else [mem]
+            if warm:
+                continue
+            v.times.append(seconds)
+            v.mems += [mem] if mem is not None and opts.device.type == "cuda" else []
+            if v is base and rep > 0 and base.output is not None:
+                compared += 1
+                max_diff = max(max_diff, float((out - base.output).abs().max()))
+    if base.output is not None and not torch.isfinite(base.output).all():
+        checks.append((False, f"{subject}: the baseline's output is not finite ({opts.dtype_name})"))
+    if compared:
+        cycles = sum(v.error is None for v in variants[1:]) * (opts.warmup + opts.repeats - 1)
+        cycles += len(opts.latents) - 1 if extra_latents_first(opts) else 0
+        ok = max_diff == 0.0
+        text = f"{subject}: the baseline's output bitwise identical in {compared} later timed run(s) after {cycles}"
+        text += " apply/remove cycles of the other variants" + ("" if ok else f": NO, max |diff| = {max_diff:.3g}")
+        checks.append((ok, text))
+
+
+def make_row(arch: str, label: str, v: Variant, base: Variant, kinds: Sequence[str], setting: str | None = None) -> Row:
     """The row of one variant: median, speed-up over `base`, spread, deviation and PSNR per start latent."""
     if v.error is not None or not v.times:
-        return Row(spec.name, label, v.kind, v.ratio, None, None, None, None, [], v.error or "no timed run")
-    base_median = statistics.median(base.times)
+        return Row(arch, label, v.kind, v.ratio, None, None, None, None, [], v.error or "no timed run", setting=setting)
     med = statistics.median(v.times)
-    mem = max(v.mems) / 2**20 if v.mems else None
     deviations: dict[str, float] = {}
     psnrs: dict[str, float | None] = {}
     for kind in kinds:
-        out, ref = v.outputs.get(kind), base.outputs.get(kind)
-        if out is None or ref is None:
-            continue
-        deviations[kind] = 0.0 if v is base else deviation(out, ref)
-        psnrs[kind] = None if v is base else psnr_db(out, ref)
-    return Row(
-        spec.name,
-        label,
-        v.kind,
-        v.ratio,
-        med,
-        base_median / med,
-        mem,
-        deviations.get(kinds[0]),
-        list(v.times),
-        spread=spread(v.times),
-        deviations=deviations,
-        psnr_db=psnrs,
+        if kind in v.outputs and kind in base.outputs:
+            deviations[kind] = 0.0 if v is base else deviation(v.outputs[kind], base.outputs[kind])
+            psnrs[kind] = None if v is base else psnr_db(v.outputs[kind], base.outputs[kind])
+    row = Row(
+        arch, label, v.kind, v.ratio, med, statistics.median(base.times) / med, None, deviations.get(kinds[0]), v.times
     )
-
-
-def record(
-    v: Any,
-    base: Any,
-    kind: str,
-    out: torch.Tensor,
-    seconds: float,
-    mem: int | None,
-    *,
-    rep: int,
-    warm: bool,
-    device: torch.device,
-) -> float | None:
-    """Keep one run's output, time and memory on variant `v` (rep < 0: an untimed run on another start latent).
-
-    Returns max |out - first baseline output| for a later timed baseline run, which must stay 0.0; else None.
-    """
-    if rep < 0:
-        v.outputs[kind] = out
-        return None
-    if rep == 0:
-        v.output = v.outputs[kind] = out
-        if mem is not None:
-            v.mems.append(mem)
-    if warm:
-        return None
-    v.times.append(seconds)
-    if mem is not None and device.type == "cuda":
-        v.mems.append(mem)
-    if v is not base or rep == 0 or base.output is None:
-        return None
-    return 0.0 if torch.equal(out, base.output) else float((out - base.output).abs().max())
-
-
-def baseline_check(subject: str, runs: str, max_diff: float) -> tuple[bool, str]:
-    """The check that the baseline stayed bitwise identical over `runs` (what `record` measured as `max_diff`)."""
-    ok = max_diff == 0.0
-    return ok, f"{subject} bitwise identical in {runs}" + ("" if ok else f": NO, max |diff| = {max_diff:.3g}")
+    row.peak_mem_mib = max(v.mems) / 2**20 if v.mems else None
+    row.spread, row.deviations, row.psnr_db, row.setting = spread(v.times), deviations, psnrs, setting
+    return row
 
 
 def bench_size(
@@ -335,182 +281,76 @@ def bench_size(
     progress: Any,
 ) -> list[Row]:
     """Time every variant on one UNet call at one size, round-robin; rows in the order of `make_variants`.
-
-    The first start latent of --latents is timed; every further one is run once more per variant, untimed,
-    for its deviation (after the timed rounds, or before them in the main job: `extra_latents_first`).
-    `progress` hears of every call: `set_postfix_str` names it before, `update(1)` follows it.
-    """
-    height, width = size
-    label = size_label(size)
-    kinds = opts.latents
+    `progress` hears of every call: `set_postfix_str` names it before, `update(1)` follows it."""
+    label, kinds = size_label(size), opts.latents
     inputs = {
-        kind: archs.make_inputs(
-            spec,
-            height,
-            width,
-            dtype=opts.dtype,
-            device=opts.device,
-            seed=opts.seed,
-            timestep=opts.timestep,
-            latent_kind=kind,
-        )
+        kind: archs.make_inputs(spec, *size, dtype=opts.dtype, device=opts.device, seed=opts.seed, latent_kind=kind)
         for kind in kinds
     }
-    variants = run_variants(opts, unet, tomesd)
-    runner = compiled.Compiled(opts.compile_mode) if opts.compile_mode else None
-    if runner is not None:
-        runner.of(unet)  # wrapped now: torch.compile marks the module it wraps
-    hooks0, classes0 = hook_count(unet), _class_names(unet)
-    sample_rss = opts.device.type == "cpu"
-    base = variants[0]
-    restore_ok = True
-    max_diff = 0.0
-    compared = 0  # timed baseline runs compared with the first baseline output
+    variants = make_variants(opts, unet, tomesd)
+    subject = f"{spec.name} {label}px"
+    hooks, classes = hook_count(unet), class_names(unet)
     if primes(opts):
-        # One untimed unpatched call: the first call at a shape pays one-time costs (kernel selection,
-        # allocator growth) that would otherwise land on whichever variant runs first, the baseline.
-        progress.set_postfix_str(f"{spec.name} {label}px priming call")
+        progress.set_postfix_str(f"{subject} priming call")
         run_step(unet, inputs[kinds[0]], opts.device, sample_rss=False)
         progress.update(1)
-    # (round, start latent): the timed rounds on the first kind and one untimed round per further kind, after them
-    # or, in the main job, before them: there they pay the one-time costs of every variant.
-    timed = [(rep, kinds[0]) for rep in range(opts.warmup + opts.repeats)]
-    extra = [(-1, kind) for kind in kinds[1:]]
-    rounds = extra + timed if extra_latents_first(opts) else timed + extra
-    with timing.TimingLock(opts.lock, opts.lock_after) as lock:  # --lock: the timed runs, one process at a time
-        for rep, kind in rounds:
-            warm = rep < opts.warmup
-            if not warm:
-                lock.hold()
-            for v in variants:
-                what = " warm-up" if 0 <= rep < opts.warmup else (f" {kind} latent" if rep < 0 else "")
-                progress.set_postfix_str(f"{spec.name} {label}px {v.label}{what}")
-                if v.error is not None:
-                    progress.update(1)
-                    continue
-                try:
-                    v.apply(unet)
-                    module = runner.of(unet) if runner is not None and v.compiled else unet
-                    with compiled.counting(v, warm):
-                        seconds, out, mem = run_step(
-                            module, inputs[kind], opts.device, sample_rss=sample_rss and rep == 0, clock_name=opts.clock
-                        )
-                except Exception as exc:  # a failing comparison must not stop the benchmark
-                    if v.kind == "baseline":
-                        raise
-                    v.error = f"{type(exc).__name__}: {exc}"
-                    print(f"\n{v.label} failed at {label}px: {v.error}", file=sys.stderr)
-                finally:
-                    v.remove(unet)
-                progress.update(1)
-                if v.error is not None:
-                    continue
-                if hook_count(unet) != hooks0 or _class_names(unet) != classes0:
-                    restore_ok = False
-                    checks.append(
-                        (False, f"{spec.name} {label}px: {v.label} left hooks or classes behind after removal")
-                    )
-                if rep == 0:
-                    v.first_s = seconds
-                diff = record(v, base, kind, out, seconds, mem, rep=rep, warm=warm, device=opts.device)
-                if diff is not None:
-                    compared += 1
-                    max_diff = max(max_diff, diff)
-    if base.output is not None and not torch.isfinite(base.output).all():
-        checks.append((False, f"{spec.name} {label}px: the baseline output is not finite ({opts.dtype_name})"))
-    # Patch/unpatch cycles before the last baseline run (the first of the last round). With one baseline run
-    # only (--warmup 0 --repeats 1) nothing was compared and no check is claimed.
-    before = opts.warmup + opts.repeats - 1 + (len(extra) if extra_latents_first(opts) else 0)
-    cycles = sum(1 for v in variants if v.kind != "baseline" and v.error is None) * before
-    if compared:
-        checks.append(
-            baseline_check(
-                f"{spec.name} {label}px: baseline output",
-                f"{compared} later timed run(s) after {cycles} patch/unpatch cycles",
-                max_diff,
-            )
-        )
-    if restore_ok:
-        checks.append((True, f"{spec.name} {label}px: no hook or class left behind by any removal"))
-    rows = [make_row(spec, label, v, base_of(v, variants), kinds) for v in variants]
-    compiled.fill_rows(rows, variants)
-    return rows
+    left: list[str] = []
 
-
-def compiled_twin(v: Variant) -> Variant:
-    """The same patch, run through the compiled UNet."""
-    return Variant(compiled.twin_name(v.kind), v.ratio, v.apply, v.remove, compiled=True)
-
-
-def base_of(v: Variant, variants: list[Variant]) -> Variant:
-    """The baseline a variant's speed-up is over: the eager one, or for a compiled twin the compiled one."""
-    return next(b for b in variants if compiled.eager_name(b.kind) == "baseline" and b.compiled == v.compiled)
-
-
-def _is_ours(kind: str) -> bool:
-    return kind == "ours" or kind.startswith("ours:")
-
-
-def bench_ops(
-    opts: Options, unet: nn.Module, spec: archs.Arch, size: tuple[int, int], tomesd: Any | None
-) -> dict[str, dict[str, float]]:
-    """aten operations each variant's patch adds per block that merged, at one size: variant label -> counts.
-
-    (ops of one patched UNet call - ops of the unpatched call) / blocks that merged, counted by
-    `tome_bench.ops.count_ops` in kinds: total, kernel-launching, views and host syncs. Blocks that merged:
-    ours `tome_core.stats(unet).applied` after `reset_stats`; tomesd the transformer blocks at the levels its
-    max_downsample reaches (it patches every block, merges in those). Counted on the second patched call, the
-    steady state of every later step (the first builds the per-grid index tables once). The counts do not depend on
-    the size, only on which blocks merge.
-    """
-    height, width = size
-    args, kwargs = archs.make_inputs(
-        spec, height, width, dtype=opts.dtype, device=opts.device, seed=opts.seed, timestep=opts.timestep
-    )
-
-    def call() -> Any:
-        return unet(*args, **kwargs, return_dict=False)
-
-    base, _ = ops.count_ops(call)
-    tomesd_md = tomesd_max_downsample(opts, unet)
-    tomesd_blocks = sum(n for level, n in tome_core.blocks_per_level(unet).items() if level <= tomesd_md)
-    out: dict[str, dict[str, float]] = {}
-    for v in make_variants(opts, unet, tomesd)[1:]:
-        v.apply(unet)
+    def measure(v: Variant, kind: str, rep: int) -> Run:
+        what = " warm-up" if 0 <= rep < opts.warmup else f" {kind} latent" if rep < 0 else ""
+        progress.set_postfix_str(f"{subject} {v.label}{what}")
         try:
-            with torch.inference_mode():
-                call()
-            if _is_ours(v.kind):
-                tome_core.reset_stats(unet)
-            counts, _ = ops.count_ops(call)
-            if _is_ours(v.kind):
-                merged = tome_core.stats(unet)
-                blocks = 0 if merged is None else merged.applied
-            else:
-                blocks = tomesd_blocks
+            v.apply(unet)
+            sample = opts.device.type == "cpu" and rep == 0
+            return run_step(unet, inputs[kind], opts.device, sample_rss=sample, clock_name=opts.clock)
         finally:
             v.remove(unet)
-        diff = counts - base
-        row: dict[str, float] = {"blocks": float(blocks)}
-        if blocks:
-            row.update({k: getattr(diff, k) / blocks for k in ("total", "launching", "views", "syncs")})
-        out[v.label] = row
-    return out
+            progress.update(1)
+            if hook_count(unet) != hooks or class_names(unet) != classes:
+                left.append(v.label)
+
+    run_rounds(opts, variants, measure, lambda v: progress.update(1), subject, checks)
+    for name in dict.fromkeys(left):
+        checks.append((False, f"{subject}: {name} left hooks or classes behind after removal"))
+    if not left:
+        checks.append((True, f"{subject}: no hook or class left behind by any removal"))
+    return [make_row(spec.name, label, v, variants[0], kinds) for v in variants]
+
+
+def calls_per_size(opts: Options, variants: int) -> int:
+    """UNet calls `bench_size` makes at one size with `variants` variants (the priming call included)."""
+    return (opts.warmup + opts.repeats + len(opts.latents) - 1) * variants + primes(opts)
+
+
+# ---------------------------------------------------------------------------------------------- merge overhead
+
+
+@dataclass
+class OverheadRow:
+    """What one preset adds per block at one level (`bench_overhead`): merging or pooling keys/values."""
+
+    arch: str
+    size: str
+    preset: str
+    what: str  # "merge" or "pool"
+    level: int
+    tokens: int
+    channels: int
+    ratio: float | None  # the share merged away (merge rows)
+    sx: int
+    sy: int
+    ms: dict[str, float]  # median ms: "plan", "merge" (and unmerge), "tomesd" (the same merge); or "pool"
 
 
 def bench_overhead(
     opts: Options, unet: nn.Module, spec: archs.Arch, size: tuple[int, int], tomesd: Any | None
 ) -> list[OverheadRow]:
-    """What each preset adds per block, on the product's path, in the first block (the largest grid) where it merges
-    and the first where it pools keys/values, as `tome_core.block_table` plans them: one row each, timed by
-    `torch.utils.benchmark.Timer` on a random input of that block's shape (--clock; `blocked_autorange`, the median).
-
-    Merging, as `tome_core.patch` runs a preset's blocks: the call's partition (a row of the grid's table of random
-    partitions, built once per grid and kept), `band_match` and `band_merge` (the plan, made once per call by the
-    first block of a stack that shares it), then `BandMerge.merge_with_residual` and `unmerge_add` (the merge and the
-    unmerge of a block merged whole); beside it tomesd's `bipartite_soft_matching_random2d` merging the same share
-    of the same tokens in the same cells (plan, merge and unmerge). Pooling (kv mode, pool_kv): `kv_downsample`.
-    """
+    """What each preset adds per block on the product's path, in the first block (the largest grid) where it merges
+    and the first where it pools keys/values as `tome_core.block_table` plans them, on a random input of that
+    block's shape, timed by `torch.utils.benchmark.Timer` (`blocked_autorange`, the median): the call's partition,
+    `band_match` and `band_merge` (the plan), then `BandMerge.merge_with_residual` and `unmerge_add` (a block merged
+    whole), beside tomesd's `bipartite_soft_matching_random2d` merging the same share of the same tokens in the same
+    cells; pooling (kv mode, pool_kv): `kv_downsample`."""
     family = tome_core.model_family(unet)
     width_of = {lv: b.norm1.normalized_shape[0] for b, lv in reversed(tome_core.transformer_blocks(unet))}
     ref = importlib.import_module(f"{tomesd.__name__}.merge").bipartite_soft_matching_random2d if tomesd else None
@@ -520,8 +360,7 @@ def bench_overhead(
         cfg = tome_core.get_preset(name).config(family)
         blocks = tome_core.block_table(unet, cfg).blocks
         merging = next((b for b in blocks if b.merges and b.matching == "local"), None)
-        pooling = next((b for b in blocks if b.pools), None)
-        for what, block in (("merge", merging), ("pool", pooling)):
+        for what, block in (("merge", merging), ("pool", next((b for b in blocks if b.pools), None))):
             if block is None:
                 continue
             h, w = (math.ceil(side / archs.VAE_SCALE / block.level) for side in size)
@@ -531,28 +370,14 @@ def bench_overhead(
                 fns = _merge_fns(x, h, w, block.sx, block.sy, ratio, cfg.seed or 0, ref, whole=block.kind == "whole")
             else:
                 fns = {"pool": partial(merge_ops.kv_downsample, x, w, h, block.sx, block.sy)}
-            ms = {key: _median_ms(fn, opts) for key, fn in fns.items() if fn is not None}
-            label = size_label(size)
-            rows.append(
-                OverheadRow(
-                    spec.name, label, name, what, block.level, h * w, x.shape[-1], ratio, block.sx, block.sy, ms
-                )
-            )
+            ms = {key: _median_ms(fn, opts.clock) for key, fn in fns.items() if fn is not None}
+            shape = (block.level, h * w, x.shape[-1], ratio, block.sx, block.sy)
+            rows.append(OverheadRow(spec.name, size_label(size), name, what, *shape, ms))
     return rows
 
 
-def _merge_fns(
-    x: torch.Tensor,
-    h: int,
-    w: int,
-    sx: int,
-    sy: int,
-    ratio: float,
-    seed: int,
-    ref: Callable[..., Any] | None,
-    *,
-    whole: bool,
-) -> dict[str, Callable[[], Any] | None]:
+def _merge_fns(x: torch.Tensor, h: int, w: int, sx: int, sy: int, ratio: float, seed: int, ref: Callable[..., Any] | None,
+               *, whole: bool) -> dict[str, Callable[[], Any] | None]:  # fmt: skip
     """The plan, the merge and unmerge of one block (merged whole, else of one of its modules), and tomesd's same
     merge; None where nothing merges."""
     table = merge_ops.random_partitions(merge_ops.grid_layout(h, w, sx, sy, x.device), seed)
@@ -573,24 +398,74 @@ def _merge_fns(
         merged, residual = band.merge_with_residual(x)
         return band.unmerge_add(residual, merged)  # the block's output stands in for its merged input
 
-    fns: dict[str, Callable[[], Any] | None] = {"plan": plan, "merge": merge_unmerge, "tomesd": None}
-    if ref is not None:
-        r = int(h * w * ratio)  # tomesd's count of tokens to merge away
+    def tomesd_merge() -> torch.Tensor:
+        assert ref is not None
+        merge, unmerge = ref(x, w, h, sx, sy, int(h * w * ratio), no_rand=False, generator=torch.Generator(x.device))
+        return unmerge(merge(x))
 
-        def tomesd_merge() -> torch.Tensor:
-            merge, unmerge = ref(x, w, h, sx, sy, r, no_rand=False, generator=torch.Generator(x.device))
-            return unmerge(merge(x))
-
-        fns["tomesd"] = tomesd_merge
-    return fns
+    return {"plan": plan, "merge": merge_unmerge, "tomesd": tomesd_merge if ref is not None else None}
 
 
-def _median_ms(fn: Callable[[], Any], opts: Options) -> float:
-    """Median milliseconds of `fn()` over `Timer.blocked_autorange` (0.2 s at least) on --clock, with this process's
-    thread count (Timer's default is one thread); the device is synchronised by Timer's own clock."""
+def _median_ms(fn: Callable[[], Any], clock: str) -> float:
+    """Median ms of `fn()` over `Timer.blocked_autorange` (0.2 s at least) on `clock`, with this process's threads."""
     from torch.utils.benchmark import Timer
 
-    extra = {"timer": timing.clock("cpu")} if opts.clock == "cpu" else {}
+    extra = {"timer": timing.clock("cpu")} if clock == "cpu" else {}
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), **extra)
     with torch.inference_mode():
         return timer.blocked_autorange(min_run_time=0.2).median * 1e3
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+def call_flops(meta_unet: nn.Module, arch: str, size: tuple[int, int]) -> float:
+    """FLOPs of one unpatched call (batch 2) of a meta-device UNet, by `torch.utils.flop_counter.FlopCounterMode`."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    args, kwargs = archs.make_inputs(arch, *size, dtype=torch.float16, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        meta_unet(*args, **kwargs)
+    return float(counter.get_total_flops())
+
+
+class CallBar:
+    """A tqdm bar over the planned UNet calls, each weighing its group's FLOPs (group: an architecture and size), so
+    that the rate and the time left count one SDXL call as the several SD1.5 calls it costs."""
+
+    def __init__(self, plan: Mapping[str, tuple[int, float]], file: Any = None) -> None:
+        from tqdm import tqdm
+
+        self.plan, self.done, self.key = dict(plan), 0, ""
+        self.calls = sum(calls for calls, _ in self.plan.values())
+        total = sum(calls * flops for calls, flops in self.plan.values())
+        self.bar = tqdm(total=total, unit="FLOP", unit_scale=True, file=file or sys.stderr, smoothing=0.1)
+
+    def group(self, key: str) -> None:
+        self.key = key
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(f"call {self.done + 1}/{self.calls} {text}")
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self.bar.update(n * self.plan[self.key][1])
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def say(text: str) -> None:
+    """A line past the bar (on stderr, with the bar's lines)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+@contextmanager
+def task(text: str) -> Iterator[None]:
+    """Work that is no timed call: a line as it starts and one with its seconds as it ends."""
+    say(f"{text} ...")
+    start = time.perf_counter()
+    yield
+    say(f"{text}: {time.perf_counter() - start:.1f} s")

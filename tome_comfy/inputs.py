@@ -13,13 +13,14 @@ Two things ComfyUI's widgets cannot express directly:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tome_core import DEFAULT_PRESET, FAMILIES, Preset, presets
 from tome_core.config import FieldSpec, TomeConfig, field_specs
-from tome_core.presets import DEFAULT_PRESET, Preset, presets
+from tome_core.families import LAYOUTS
+from tome_core.words import FAMILY_LABELS, change_words, preset_words, speed_words
 
 #: Field name -> input name, where the field's own name means something else to ComfyUI's front-end.
 INPUT_NAMES: Mapping[str, str] = {"seed": "tome_seed"}
@@ -88,13 +89,41 @@ def preset_by_label() -> dict[str, Preset]:
     return {p.label: p for p in presets()}
 
 
+def comfy_families() -> tuple[str, ...]:
+    """The families a ComfyUI preset resolves for: the UNets' and the diffusion transformers the core reduces in
+    ComfyUI (its layouts for ComfyUI's classes), in the order the UIs list them."""
+    dits = dict.fromkeys(layout.family for layout in LAYOUTS if layout.host == "ComfyUI")
+    return (*FAMILIES, *dits)
+
+
+def family_text(preset: Preset, family: str) -> str:
+    """A preset's figures on one family, at the size people generate with it (`tome_core.words.TYPICAL_SIZES`):
+    how much faster a step gets and how much the image changes beside the reference users know; "" where neither
+    was measured or estimated yet."""
+    speed = speed_words(preset, family)
+    held = preset.fidelity.get(family)
+    change = f"changes the image {change_words(held)}" if held is not None else ""
+    return "; ".join(text for text in (speed, change) if text)
+
+
 def preset_text(preset: Preset) -> str:
-    """What a user reads to choose `preset`, for both families (the node does not know the model yet): the core's
-    words with the GPU and CPU speed-ups and the change of the image beside the preset's reference
-    (`tome_core.presets.preset_hint`, the WebUI hint's source), else, in a core without them, the preset's help."""
-    # The module, not `tome_core.presets`: the package's function of that name hides the submodule attribute.
-    hint = getattr(importlib.import_module("tome_core.presets"), "preset_hint", None)
-    return hint(preset) if callable(hint) else preset.help
+    """What a user reads to choose `preset` before the node knows the model: its own words, then per family that has
+    figures (the UNets and ComfyUI's diffusion transformers) the speed-up at that family's usual size and the change
+    of the image (`family_text`, the words of `tome_core.words`, as the WebUI's hint); the families without figures
+    yet are named as such."""
+    parts, unmeasured = [], []
+    for family in comfy_families():
+        text = family_text(preset, family)
+        if text:
+            parts.append(f"{FAMILY_LABELS[family]}: {text}")
+        else:
+            unmeasured.append(FAMILY_LABELS[family])
+    text = f"{preset_words(preset)}."
+    if parts:
+        text += f" {'; '.join(parts)}."
+    if unmeasured:
+        text += f" {', '.join(unmeasured)}: not measured yet."
+    return text
 
 
 def preset_widgets() -> tuple[Widget, ...]:
@@ -107,7 +136,8 @@ def preset_widgets() -> tuple[Widget, ...]:
             "preset",
             "COMBO",
             default,
-            f"Speed against fidelity, resolved for the model's family when sampling starts.\n{help_text}",
+            "Speed against fidelity, resolved for the model's family when sampling starts (speed-ups: one model call"
+            f" on a GPU at that family's usual size).\n{help_text}",
             options=labels,
         ),
     )

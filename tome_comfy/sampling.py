@@ -8,13 +8,24 @@ duration of that sampling and removes it in `finally`, so the original model, ot
 failed prompt never see our hooks. Applying once per sampling (not per UNet call) keeps the core's per-grid index
 tables for the whole sampling; docs/comfyui-contract.md has the ComfyUI facts this relies on.
 
+A diffusion transformer (Flux, Chroma, Wan, Qwen-Image: a model `tome_core.find_layout` describes) gets the core's
+keys/values subsampling. Its blocks call ComfyUI's attention function, which hands the call to
+`transformer_options["optimized_attention_override"]` when there is one (`comfy.ldm.modules.attention.wrap_attn`).
+So the wrapper tells the core that the host intercepts attention (`tome_core.set_attention_interceptor(..., "host")`)
+and puts an override in this sampling's own options (`AttentionOverride`) that asks the core for the subsampled
+keys/values (`tome_core.reduce_attention`) and passes the call on, to an override another node set before (a
+SageAttention patch) or to ComfyUI's function; in `finally` the other node's override is put back. Whatever kernel
+runs the attention, it gets the reduced keys. A diffusion model that is neither (HiDream, Lumina 2, SD3 in ComfyUI)
+runs unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
+
 Per sampling the wrapper also
 - resolves a preset for the model's family from ComfyUI's model config (`model.model_config`),
 - follows the step window from the sampler's step callback (host values, no device read-back per UNet call),
 - skips ComfyUI's built-in TomePatchModel on the same model for this sampling (ours runs, never both), and
-- logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, why fewer
-  blocks merged than selected, and also when the sampling was interrupted or failed; each line starts with
-  `ToMe <version>` (`LOG_HEAD`), so a bug report that quotes it says which version ran.
+- logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, the size
+  sampled and the preset's speed-up there (`tome_core.words.speed_words`), why fewer blocks merged than selected,
+  and also when the sampling was interrupted or failed; each line starts with `ToMe <version>` (`LOG_HEAD`), so a
+  bug report that quotes it says which version ran.
 
 Under ComfyUI's TorchCompileModel (before or after our node: both clones carry both wrappers) the patch goes on the
 module the compiled wrapper runs, which traces it once per setting and size (tome_core's patch docstring); the line
@@ -36,8 +47,10 @@ from torch.utils.hooks import RemovableHandle
 
 import tome_core
 from tome_core import TomeConfig, TomeStats
-from tome_core.compat import eager
+from tome_core.compat import eager, uncompiled
+from tome_core.families import LAYOUTS, Layout
 from tome_core.patch import set_whole_block_guard
+from tome_core.words import FAMILY_LABELS, speed_words
 
 log = logging.getLogger("tome")
 #: How every line a sampling logs starts.
@@ -82,11 +95,27 @@ def compiled_with(model_options: Mapping[str, Any]) -> str | None:
 
 
 #: ComfyUI model config classes (`comfy.supported_models`) per preset family; subclasses (SSD-1B, Vega, KOALA,
-#: instruct-pix2pix) are found through the class's MRO. Other configs fall back to the UNet's structure.
+#: instruct-pix2pix; FluxSchnell, FluxInpaint; ChromaRadiance; WAN21_I2V, WAN22_T2V and the other Wan variants, which
+#: derive from WAN21_T2V at a125cd84) are found through the class's MRO. Other configs fall back to the model: the
+#: UNet's structure, or the diffusion transformer's layout (`tome_core.find_layout`). A diffusion transformer gets
+#: ToMe only where the core has a layout for its class; the config names the family its preset resolves for.
 FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
     "sdxl": frozenset({"SDXL", "SDXLRefiner"}),
     "sd": frozenset({"SD15", "SD20"}),
+    "flux": frozenset({"Flux"}),
+    "chroma": frozenset({"Chroma"}),
+    "flux2": frozenset({"Flux2"}),
+    "qwen": frozenset({"QwenImage"}),
+    "zimage": frozenset({"ZImage", "Lumina2"}),
+    "sd3": frozenset({"SD3"}),
+    "wan": frozenset({"WAN21_T2V", "WAN22_T2V", "WAN22"}),
 }
+#: Where ComfyUI's attention function looks for another function to run instead
+#: (`comfy.ldm.modules.attention.wrap_attn`, in `transformer_options`).
+ATTENTION_OVERRIDE = "optimized_attention_override"
+#: Pixels per latent cell (spatial, temporal), by the name of the model's latent format class
+#: (`comfy.latent_formats`); every other format: 8 and 4 (the SD, SDXL, Flux and Wan 2.1 VAEs).
+LATENT_SCALE: Mapping[str, tuple[int, int]] = {"Wan22": (16, 4), "ChromaRadiance": (1, 1)}
 #: Attention modules another node can replace (`patches_replace`), and the config flag that merges them.
 _REPLACEABLE = (("attn1", "merge_attn", "self-attention"), ("attn2", "merge_crossattn", "cross-attention"))
 
@@ -115,6 +144,19 @@ class TomeRequest:
         name = tome_core.get_preset(str(self.preset)).label
         return f"{name} for {family}" if family else name
 
+    def speed(self, family: str, size: tuple[int, int, int] | None) -> str:
+        """The log's words for the size sampled: a preset's speed-up there from the lab's table
+        (`tome_core.words.speed_words`: "about 1.13× faster per step at 1024×1024 (NVIDIA H200, estimated)"), else
+        just the size ("at 1024×1024"; custom settings and sizes or families without figures); "" without a
+        size."""
+        if size is None:
+            return ""
+        if self.preset is not None:
+            words = speed_words(str(self.preset), family, size if size[2] > 1 else size[:2])
+            if words:
+                return words
+        return f"at {size_text(size)}"
+
 
 def attach(model: Any, request: TomeRequest) -> Any:
     """A clone of ComfyUI `ModelPatcher` `model` that runs ToMe with `request` whenever it samples.
@@ -127,6 +169,8 @@ def attach(model: Any, request: TomeRequest) -> Any:
             f"ToMe needs a ComfyUI model (ModelPatcher with add_wrapper_with_key, ComfyUI 0.3.10 or newer),"
             f" got {type(model).__name__}"
         )
+    if request.config is not None:
+        check_for_model(model, request.config)
     clone = model.clone()
     if clone.get_wrappers(OUTER_SAMPLE, WRAPPER_KEY):
         log.info(
@@ -135,6 +179,18 @@ def attach(model: Any, request: TomeRequest) -> Any:
         clone.remove_wrappers_with_key(OUTER_SAMPLE, WRAPPER_KEY)
     clone.add_wrapper_with_key(OUTER_SAMPLE, WRAPPER_KEY, TomeSampling(request))
     return clone
+
+
+def check_for_model(model: Any, config: TomeConfig) -> None:
+    """Refuse, at the node, custom settings the model cannot run: on a diffusion transformer the core's own rules
+    (UNet-only fields at their defaults, merging only where its blocks can run on merged tokens), a ValueError
+    naming the field, as `tome_core.apply_patch` would raise when sampling starts. UNet settings were checked by
+    `TomeConfig` already."""
+    getter = getattr(model, "get_model_object", None)
+    module = getter("diffusion_model") if callable(getter) else None
+    module = uncompiled(module) if isinstance(module, nn.Module) else None
+    if module is not None and tome_core.find_layout(module) is not None:
+        tome_core.check_config(module, config)
 
 
 class TomeSampling:
@@ -149,7 +205,8 @@ class TomeSampling:
     def __call__(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
         guider = executor.class_obj  # the CFGGuider sampling; its model_options are this sampling's own copy
         patcher = guider.model_patcher
-        run = _Run.start(self.request, patcher, guider.model_options)
+        size = sampled_size(patcher, executor.original, args, kwargs)
+        run = start_run(self.request, patcher, guider.model_options, size)
         if run is None:
             return executor(*args, **kwargs)
         try:
@@ -165,13 +222,21 @@ class TomeSampling:
             run.stop()
 
 
-def model_family(patcher: Any, unet: nn.Module) -> str | None:
-    """ "sd" or "sdxl" from ComfyUI's model config, else from the UNet's structure; None without transformer blocks."""
+def config_family(patcher: Any) -> str | None:
+    """The preset family ComfyUI's model config names (`FAMILY_CONFIGS`), else None."""
     config = getattr(getattr(patcher, "model", None), "model_config", None)
     names = {cls.__name__ for cls in type(config).__mro__} if config is not None else set()
-    for family, classes in FAMILY_CONFIGS.items():
-        if names & classes:
-            return family
+    return next((family for family, classes in FAMILY_CONFIGS.items() if names & classes), None)
+
+
+def model_family(patcher: Any, unet: nn.Module) -> str | None:
+    """ "sd" or "sdxl" for a UNet, from ComfyUI's model config, else from the UNet's structure; None without UNet
+    transformer blocks (a diffusion transformer's family: `dit_family`)."""
+    family = config_family(patcher)
+    if family in tome_core.FAMILIES:
+        return family
+    if tome_core.find_layout(unet) is not None:
+        return None
     try:
         return tome_core.model_family(unet)
     except TypeError as exc:
@@ -179,9 +244,52 @@ def model_family(patcher: Any, unet: nn.Module) -> str | None:
         return None
 
 
+def dit_family(patcher: Any, layout: Layout) -> str:
+    """The family a diffusion transformer's preset resolves for: the one ComfyUI's model config names, else (a
+    config this adapter does not know, or one naming a family the presets do not have) its layout's."""
+    family = config_family(patcher)
+    if family is None or family in tome_core.FAMILIES or family not in tome_core.ALL_FAMILIES:
+        return layout.family
+    return family
+
+
 def config_name(patcher: Any) -> str:
     config = getattr(getattr(patcher, "model", None), "model_config", None)
     return type(config).__name__ if config is not None else type(getattr(patcher, "model", patcher)).__name__
+
+
+def comfy_dits() -> str:
+    """The diffusion transformers ToMe reduces in ComfyUI (the core's layouts for ComfyUI's classes), in users'
+    words."""
+    labels = dict.fromkeys(FAMILY_LABELS.get(lay.family, lay.family) for lay in LAYOUTS if lay.host == "ComfyUI")
+    return ", ".join(labels)
+
+
+def size_text(size: tuple[int, int, int]) -> str:
+    return f"{size[0]}\u00d7{size[1]}" + (f", {size[2]} frames" if size[2] > 1 else "")
+
+
+def _bind(outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+    return inspect.signature(outer_sample).bind(*args, **kwargs)
+
+
+def sampled_size(
+    patcher: Any, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, int, int] | None:
+    """(width, height, frames) in pixels of what this sampling makes, from the noise's shape (host values) and the
+    model's latent format (`LATENT_SCALE`); None where the arguments hold no latent."""
+    try:
+        noise = _bind(outer_sample, args, kwargs).arguments.get("noise")
+    except TypeError as exc:  # another signature than ComfyUI's outer_sample: the log goes without the size
+        log.debug("ToMe: no size for the log: %s", exc)
+        return None
+    shape = getattr(noise, "shape", None)
+    if shape is None or len(shape) not in (4, 5):
+        return None
+    latent = getattr(getattr(patcher, "model", None), "latent_format", None)
+    spatial, temporal = LATENT_SCALE.get(type(latent).__name__, (8, 4))
+    frames = (int(shape[2]) - 1) * temporal + 1 if len(shape) == 5 else 1
+    return int(shape[-1]) * spatial, int(shape[-2]) * spatial, frames
 
 
 def comfy_blocks(unet: nn.Module) -> Iterator[tuple[str, tuple[str, int, int], int]]:
@@ -246,31 +354,135 @@ def drop_builtin_tomesd(model_options: dict[str, Any]) -> int:
     return removed
 
 
-class _Run:
-    """One sampling with ToMe: the patched UNet, the replaced-attention watch, the step callback, the report."""
+def start_run(
+    request: TomeRequest, patcher: Any, model_options: dict[str, Any], size: tuple[int, int, int] | None = None
+) -> _Run | None:
+    """ToMe on this sampling's diffusion model: a UNet run, a diffusion transformer run, or None (and one warning)
+    for a model ToMe does not reduce. `model_options` are the sampling's own (the guider's copy)."""
+    # A node may have put a torch.compile wrapper there as an object patch (ComfyUI-TeaCache's CompileModel): the
+    # patch goes on the module it runs, as in tome_core.apply_patch.
+    module = uncompiled(patcher.get_model_object("diffusion_model"))
+    layout = tome_core.find_layout(module)
+    if layout is not None:
+        return _DitRun.begin(request, patcher, module, layout, model_options, size)
+    family = model_family(patcher, module)
+    if family is None:
+        log.warning(
+            "%s: ComfyUI model %s (diffusion model %s) is neither a UNet with transformer blocks nor a diffusion"
+            " transformer ToMe reduces (%s): ToMe does nothing, the model runs unchanged",
+            LOG_HEAD,
+            config_name(patcher),
+            type(module).__name__,
+            comfy_dits(),
+        )
+        return None
+    return _UNetRun.begin(request, patcher, module, family, model_options, size)
 
-    def __init__(self, request: TomeRequest, patcher: Any, unet: nn.Module, family: str, config: TomeConfig) -> None:
+
+class _Run:
+    """One sampling with ToMe: the patched model, the step callback, the report; `_UNetRun` and `_DitRun` add what
+    their models need."""
+
+    #: What the log calls one call of the model.
+    CALL = "model call"
+
+    def __init__(
+        self,
+        request: TomeRequest,
+        patcher: Any,
+        unet: nn.Module,
+        family: str,
+        config: TomeConfig,
+        size: tuple[int, int, int] | None = None,
+    ) -> None:
         self.request, self.patcher, self.unet, self.family, self.config = request, patcher, unet, family, config
+        self.size = size
+        self.compiled: str | None = None  # `compiled_with`: the model runs under ComfyUI's torch.compile wrapper
+
+    # ------------------------------------------------------------------ during sampling
+
+    def follow_steps(
+        self, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """With a step window: the sampler's step callback also tells the core the next step (host values)."""
+        config = self.config
+        if config.step_start <= 0 and config.step_end >= 1:
+            return args, kwargs
+        bound = _bind(outer_sample, args, kwargs)
+        sigmas = bound.arguments["sigmas"]
+        total = max(int(sigmas.shape[-1]) - 1, 1)  # the shape is on the host: no device read
+        original = bound.arguments.get("callback")
+        unet = self.unet
+        tome_core.set_step(unet, 0, total)
+
+        def callback(step: int, *rest: Any, **kw: Any) -> Any:
+            tome_core.set_step(unet, int(step) + 1, total)  # called after step `step`: the next one runs
+            return original(step, *rest, **kw) if original is not None else None
+
+        bound.arguments["callback"] = callback
+        return bound.args, bound.kwargs
+
+    # ------------------------------------------------------------------ after sampling
+
+    def report(self, stopped: BaseException | None = None) -> None:
+        """One line per sampling: what ran with its counts and the size sampled, or why fewer blocks merged than
+        selected; `stopped`: the exception that ended the sampling early (an interrupt, an error)."""
+        stats = tome_core.stats(self.unet)
+        if stats is None:
+            return
+        head = f"{LOG_HEAD} ({self.request.label(self.family)})"
+        if stopped is not None:
+            interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
+            what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"
+            level = logging.INFO if interrupted else logging.WARNING
+            if stats.unet_calls == 0:
+                log.log(level, "%s: %s before the first %s: nothing %s", head, what, self.CALL, self.NOTHING)
+                return
+            calls = f"1 {self.CALL}" if stats.unet_calls == 1 else f"{stats.unet_calls} {self.CALL}s"
+            head = f"{head}: {what} after {calls};"
+        else:
+            level, head = logging.INFO, f"{head}:"
+        self.log_line(stats, level, head)
+
+    #: What the log says did not happen when a sampling stopped before the model ran.
+    NOTHING = "merged"
+
+    def log_line(self, stats: TomeStats, level: int, head: str) -> None:
+        raise NotImplementedError
+
+    def speed(self) -> str:
+        """ "; about 1.13× faster per step at 1024×1024 (NVIDIA H200, estimated)", "; at 1024×1024" or ""."""
+        words = self.request.speed(self.family, self.size)
+        return f"; {words}" if words else ""
+
+    def stop(self) -> None:
+        tome_core.remove_patch(self.unet)
+
+
+class _UNetRun(_Run):
+    """A UNet's sampling: the merging hooks, and a watch for blocks whose attention another node replaced."""
+
+    CALL = "UNet call"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.handle: RemovableHandle | None = None
         self.calls = 0
         self.replaced: Counter[tuple[str, str]] = Counter()  # (module, block label) -> UNet calls it was replaced
         self.builtin_skipped = 0
-        self.compiled: str | None = None  # `compiled_with`: the UNet runs under ComfyUI's torch.compile wrapper
 
     @classmethod
-    def start(cls, request: TomeRequest, patcher: Any, model_options: dict[str, Any]) -> _Run | None:
-        unet = patcher.get_model_object("diffusion_model")
-        family = model_family(patcher, unet)
-        if family is None:
-            log.warning(
-                "%s: %s has no UNet transformer blocks (a DiT such as Flux, SD3, Chroma or a video model):"
-                " ToMe does nothing, the model runs unchanged",
-                LOG_HEAD,
-                config_name(patcher),
-            )
-            return None
+    def begin(
+        cls,
+        request: TomeRequest,
+        patcher: Any,
+        unet: nn.Module,
+        family: str,
+        model_options: dict[str, Any],
+        size: tuple[int, int, int] | None,
+    ) -> _UNetRun:
         config = request.resolve(family)
-        run = cls(request, patcher, unet, family, config)
+        run = cls(request, patcher, unet, family, config, size)
         run.builtin_skipped = drop_builtin_tomesd(model_options)
         run.compiled = compiled_with(model_options)
         if run.builtin_skipped:
@@ -288,8 +500,6 @@ class _Run:
             tome_core.remove_patch(unet)
             raise
         return run
-
-    # ------------------------------------------------------------------ during sampling
 
     def watch(self) -> None:
         """Count, per UNet call, selected blocks whose merged attention another node replaced (PAG, SAG,
@@ -312,59 +522,20 @@ class _Run:
         # Host bookkeeping, never traced: a torch.compile wrapper runs the UNet's own hooks outside its graph.
         self.handle = self.unet.register_forward_pre_hook(eager(hook), with_kwargs=True)
 
-    def follow_steps(
-        self, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """With a step window: the sampler's step callback also tells the core the next step (host values)."""
-        config = self.config
-        if config.step_start <= 0 and config.step_end >= 1:
-            return args, kwargs
-        bound = inspect.signature(outer_sample).bind(*args, **kwargs)
-        sigmas = bound.arguments["sigmas"]
-        total = max(int(sigmas.shape[-1]) - 1, 1)  # the shape is on the host: no device read
-        original = bound.arguments.get("callback")
-        unet = self.unet
-        tome_core.set_step(unet, 0, total)
-
-        def callback(step: int, *rest: Any, **kw: Any) -> Any:
-            tome_core.set_step(unet, int(step) + 1, total)  # called after step `step`: the next one runs
-            return original(step, *rest, **kw) if original is not None else None
-
-        bound.arguments["callback"] = callback
-        return bound.args, bound.kwargs
-
-    # ------------------------------------------------------------------ after sampling
-
-    def report(self, stopped: BaseException | None = None) -> None:
-        """One line per sampling: each kind that ran with its counts, or why fewer blocks merged than selected;
-        `stopped`: the exception that ended the sampling early (an interrupt, an error)."""
-        stats = tome_core.stats(self.unet)
-        if stats is None:
-            return
-        head = f"{LOG_HEAD} ({self.request.label(self.family)})"
-        if stopped is not None:
-            interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
-            what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"
-            level = logging.INFO if interrupted else logging.WARNING
-            if stats.unet_calls == 0:
-                log.log(level, "%s: %s before the first UNet call: nothing merged", head, what)
-                return
-            calls = "1 UNet call" if stats.unet_calls == 1 else f"{stats.unet_calls} UNet calls"
-            head = f"{head}: {what} after {calls};"
-        else:
-            level, head = logging.INFO, f"{head}:"
+    def log_line(self, stats: TomeStats, level: int, head: str) -> None:
         problem = explain(stats, self.replaced, self.calls)
         if problem is None:
             kinds = ", ".join(f"{kind} in {count}" for kind, count in kind_counts(stats))
             log.log(
                 level,
-                "%s ran in %d of %d selected blocks (%d transformer blocks)%s: %s",
+                "%s ran in %d of %d selected blocks (%d transformer blocks)%s: %s%s",
                 head,
                 stats.applied,
                 stats.selected,
                 stats.total,
                 f" {self.compiled}" if self.compiled else "",
                 kinds or "nothing to merge",
+                self.speed(),
             )
         else:
             log.warning("%s %s%s", head, problem, f" ({self.compiled})" if self.compiled else "")
@@ -373,7 +544,182 @@ class _Run:
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
-        tome_core.remove_patch(self.unet)
+        super().stop()
+
+
+class AttentionOverride:
+    """The attention override ToMe puts in a sampling's `transformer_options` while a diffusion transformer samples:
+    ComfyUI's attention function hands it every call (`override(func, q, k, v, heads, ..., transformer_options=...)`,
+    `func` the function itself); in a block ToMe reduces the core subsamples the keys and values of the generated
+    tokens (`tome_core.reduce_attention`, text and reference tokens whole), then the call goes on with them to the
+    override another node set before ours (`previous`, e.g. a SageAttention patch), else to `func`.
+
+    The sequence dimension follows ComfyUI's layouts: [B, H, L, D] with `skip_reshape` (Flux), else [B, L, H*D]
+    (Wan). A mask whose last dimension runs over the keys is subsampled with them.
+    """
+
+    NAMES = ("q", "k", "v", "heads", "mask")
+
+    def __init__(self, model: nn.Module, previous: Callable[..., Any] | None) -> None:
+        # Read, never written, while the model runs: a compiled graph treats them as constants (a counter here
+        # would be a guard that fails at every call).
+        self.model = model
+        self.previous = previous
+
+    def __repr__(self) -> str:
+        return f"tome_AttentionOverride({type(self.model).__name__}, previous={self.previous!r})"
+
+    def __call__(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        given = dict(zip(self.NAMES, args))
+        key = given.get("k", kwargs.get("k"))
+        value = given.get("v", kwargs.get("v"))
+        if "mask" in given:
+            mask = given["mask"]
+        else:
+            mask = kwargs.get("mask")
+        dim = 2 if kwargs.get("skip_reshape") else 1
+        reduced = tome_core.reduce_attention(self.model, key, value, dim, mask)
+        if reduced is not None:
+            key, value, mask = reduced
+            args = (
+                tuple({"k": key, "v": value, "mask": mask}.get(name, arg) for name, arg in zip(self.NAMES, args))
+                + args[len(self.NAMES) :]
+            )
+            for name, new in (("k", key), ("v", value)):
+                if name in kwargs:
+                    kwargs[name] = new
+            if "mask" not in given and "mask" in kwargs:
+                kwargs["mask"] = mask
+        if self.previous is not None:
+            return self.previous(func, *args, **kwargs)
+        return func(*args, **kwargs)
+
+
+class _DitRun(_Run):
+    """A diffusion transformer's sampling: the core's patch with the host interceptor, and our attention override
+    in this sampling's `transformer_options` (another node's put back afterwards)."""
+
+    NOTHING = "reduced"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.options: dict[str, Any] | None = None  # the transformer_options our override was put in
+        self.override: AttentionOverride | None = None
+        self.had_previous = False
+
+    @classmethod
+    def begin(
+        cls,
+        request: TomeRequest,
+        patcher: Any,
+        module: nn.Module,
+        layout: Layout,
+        model_options: dict[str, Any],
+        size: tuple[int, int, int] | None,
+    ) -> _DitRun:
+        family = dit_family(patcher, layout)
+        config = request.resolve(family)
+        run = cls(request, patcher, module, family, config, size)
+        run.compiled = compiled_with(model_options)
+        if drop_builtin_tomesd(model_options):
+            log.warning(
+                "%s: ComfyUI's TomePatchModel is on this model too: it does nothing on a diffusion transformer"
+                " (%s); ToMe (%s) runs",
+                LOG_HEAD,
+                FAMILY_LABELS.get(family, family),
+                request.label(family),
+            )
+        tome_core.apply_patch(module, config)  # ValueError naming a field the model cannot run
+        try:
+            tome_core.set_attention_interceptor(module, "host")
+            run.install(model_options)
+        except BaseException:
+            run.uninstall()
+            tome_core.remove_patch(module)
+            raise
+        return run
+
+    def install(self, model_options: dict[str, Any]) -> None:
+        options = model_options.setdefault("transformer_options", {})
+        self.had_previous = ATTENTION_OVERRIDE in options
+        self.override = AttentionOverride(self.unet, options.get(ATTENTION_OVERRIDE))
+        self.options = options
+        options[ATTENTION_OVERRIDE] = self.override
+
+    def uninstall(self) -> None:
+        options, override = self.options, self.override
+        self.options = None
+        if options is None or override is None or options.get(ATTENTION_OVERRIDE) is not override:
+            return  # another wrapper replaced the options or the override since: theirs to put back
+        if self.had_previous:
+            options[ATTENTION_OVERRIDE] = override.previous
+        else:
+            del options[ATTENTION_OVERRIDE]
+
+    def log_line(self, stats: TomeStats, level: int, head: str) -> None:
+        compiled = f" {self.compiled}" if self.compiled else ""
+        problem = explain_dit(stats)
+        if problem is None:
+            log.log(
+                level,
+                "%s %s of %d blocks, text and reference tokens whole%s%s",
+                head,
+                dit_kinds(stats),
+                stats.total,
+                compiled,
+                self.speed(),
+            )
+        else:
+            log.warning("%s %s%s", head, problem, f" ({self.compiled})" if self.compiled else "")
+
+    def stop(self) -> None:
+        self.uninstall()
+        super().stop()
+
+
+#: The log's words for what ran in a diffusion transformer's blocks, by the core's kind (`TomeStats.modules`).
+DIT_KIND_WORDS: Mapping[str, str] = {"kv": "keys/values subsampled", "attn1": "generated tokens merged"}
+
+
+def dit_kinds(stats: TomeStats) -> str:
+    """ "keys/values subsampled in 51", or with merged blocks "generated tokens merged in 20 and keys/values
+    subsampled in 31": the core's own per-kind block counts."""
+    counts = dict(stats.modules)
+    parts = [f"{DIT_KIND_WORDS[kind]} in {counts[kind]}" for kind in ("attn1", "kv") if counts.get(kind)]
+    return " and ".join(parts) or f"keys/values subsampled in {stats.applied}"
+
+
+def explain_dit(stats: TomeStats) -> str | None:
+    """Why a diffusion transformer's keys/values were subsampled in fewer blocks than selected; None when in all."""
+    s = stats
+    if s.selected == 0:
+        return f"reduces none of the {s.total} blocks: the block window holds none (raise block_end)"
+    reasons = []
+    if s.unet_calls == 0:
+        reasons.append("the diffusion model ran without ToMe's hooks (another node replaced it)")
+    elif s.planned < s.selected:
+        if s.block_calls == 0:
+            reasons.append("the blocks ran without ToMe's hooks (another node replaced them)")
+        elif s.active_calls == 0:
+            reasons.append("the step window excluded every step")
+        else:
+            reasons.append("the model's inputs did not show where the generated tokens sit")
+    if s.reached < s.planned:
+        reasons.append(
+            "ToMe's attention override was not called: another node replaced the model's forward or dropped"
+            " transformer_options (TeaCache, MagCache...)"
+        )
+    if s.applied < s.reached:
+        reasons.append(
+            "the attention sequence did not hold the tokens ToMe expected (text, image and reference tokens)"
+        )
+    if not reasons:
+        return None
+    unchanged = "; the model ran unchanged" if s.applied == 0 else ""
+    return (
+        f"could not apply in {s.selected - s.applied} of {s.selected} selected blocks ({dit_kinds(s)} of {s.total}"
+        f" blocks): {'; '.join(reasons)}{unchanged}"
+    )
 
 
 #: The log's words for each kind of merging, by the module it runs in (the core's names in `TomeStats.modules`).

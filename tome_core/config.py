@@ -251,6 +251,40 @@ class TomeConfig:
         advanced=True,
     )
 
+    st: int = _spec(
+        int,
+        "Stride t",
+        "Frames in the cell that keeps one key/value, for video models (Wan): 2 subsamples keys/values over pairs"
+        " of latent frames too. Images have one frame: 1 keeps every frame.",
+        default=1,
+        minimum=1,
+        maximum=4,
+        step=1,
+        advanced=True,
+    )
+    block_start: float = _spec(
+        float,
+        "Start at block",
+        "Fraction of the model's transformer blocks, in forward order, that run unreduced before reduction starts"
+        " (0 = from the first block). Early blocks lay out the image: reducing there costs most fidelity (AsymRnR,"
+        " arXiv 2412.11706).",
+        default=0.0,
+        minimum=0.0,
+        maximum=0.95,
+        step=0.05,
+        advanced=True,
+    )
+    block_end: float = _spec(
+        float,
+        "End at block",
+        "Fraction of the model's transformer blocks after which reduction stops (1 = to the last block).",
+        default=1.0,
+        minimum=0.05,
+        maximum=1.0,
+        step=0.05,
+        advanced=True,
+    )
+
     def __post_init__(self) -> None:
         for spec in field_specs():
             object.__setattr__(self, spec.name, _check(spec, getattr(self, spec.name)))
@@ -258,6 +292,11 @@ class TomeConfig:
             raise ValueError(
                 f"TomeConfig.step_start must be less than step_end, got step_start={self.step_start},"
                 f" step_end={self.step_end}"
+            )
+        if self.block_start >= self.block_end:
+            raise ValueError(
+                f"TomeConfig.block_start must be less than block_end, got block_start={self.block_start},"
+                f" block_end={self.block_end}"
             )
         if self.max_downsample != "auto" and self.min_downsample > int(self.max_downsample):
             raise ValueError(
@@ -323,6 +362,10 @@ class TomeConfig:
             return True
         pools = (self.mode == "kv" and self.merge_attn) or self.pool_kv
         return not pools and all(ratio <= 0.0 for ratio in self.ratios_by_kind.values())
+
+    def block_selected(self, index: int, count: int) -> bool:
+        """Whether the `index`-th of `count` transformer blocks (forward order) lies in the block window."""
+        return self.block_start <= index / count < self.block_end
 
     def active_at(self, fraction: float) -> bool:
         """Whether merging runs at this point of sampling (fraction of steps done, in [0, 1])."""

@@ -527,3 +527,27 @@ def kv_downsample(x: torch.Tensor, w: int, h: int, sx: int, sy: int) -> torch.Te
     size = (-(-h // sy), -(-w // sx))
     picked = F.interpolate(grid.permute(0, 3, 1, 2), size=size, mode="nearest-exact")  # [B, C, *size]
     return picked.flatten(2).transpose(1, 2)
+
+
+def kv_index(
+    before: int, grid: tuple[int, int, int], after: int, st: int, sy: int, sx: int, device: torch.device | str
+) -> torch.Tensor:
+    """[K] int64: the tokens of a joint sequence that keys/values keep: every token before and after the grid (text,
+    reference images, a kept first frame) and, of the t x h x w grid of generated tokens between them, the one at the
+    centre of each st x sy x sx cell, as `kv_downsample` picks it (nearest-exact: evenly spaced on a ragged grid).
+
+    Kept keys are the model's own keys at those positions, rotary embedding applied: each carries the position of
+    the cell it stands for. K = before + kv_tokens-style ceil(t/st) * ceil(h/sy) * ceil(w/sx) + after.
+    """
+    t, h, w = grid
+
+    def centres(n: int, s: int) -> torch.Tensor:
+        m = -(-n // s)  # cells along the axis, a ragged last one included
+        return torch.div((torch.arange(m, device=device) * 2 + 1) * n, 2 * m, rounding_mode="floor")  # [m]
+
+    ti, hi, wi = centres(t, st), centres(h, sy), centres(w, sx)
+    cells = ((ti.view(-1, 1, 1) * h + hi.view(1, -1, 1)) * w + wi.view(1, 1, -1)).reshape(-1)  # [ceil t*h*w cells]
+    n = t * h * w
+    return torch.cat(
+        [torch.arange(before, device=device), cells + before, torch.arange(after, device=device) + (before + n)]
+    )

@@ -1,4 +1,5 @@
-"""Apply and remove token merging on a UNet instance.
+"""Apply and remove token merging on a UNet instance (and, through `tome_core.dit`, token reduction on a diffusion
+transformer: `apply_patch` and every function here take either; `find_model` tells them apart).
 
 Nothing here changes a class. A patch is one hook object per patched module, installed as that instance's
 `forward` (a bound method of the hook, the way diffusers installs its hooks), plus one pre- and one post-hook
@@ -42,6 +43,13 @@ from torch.utils.hooks import RemovableHandle
 
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import TomeConfig
+from tome_core.dit import INTERCEPTORS, DitState
+from tome_core.dit import apply as apply_dit
+from tome_core.dit import check_config as check_dit_config
+from tome_core.dit import reduce as reduce_dit
+from tome_core.dit import remove as remove_dit
+from tome_core.families import family, find_layout, handled
+from tome_core.hooks import Hook
 from tome_core.merge import (
     BandMatch,
     BandMerge,
@@ -67,12 +75,13 @@ from tome_core.plan import (
     BlockShape,
     BlockTable,
     LevelInfo,
-    default_config,
     family_of_levels,
     grid,
     layout_table,
     plan_blocks,
+    plan_dit,
 )
+from tome_core.presets import DEFAULT_PRESET, get_preset
 
 STATE_ATTR = "_tome_sd_state"
 
@@ -113,7 +122,7 @@ class _State:
     config: TomeConfig
     table: BlockTable
     handles: list[RemovableHandle] = field(default_factory=list)  # the UNet's own pre- and post-hook
-    hooks: list[_Hook] = field(default_factory=list)  # every installed forward, in install order
+    hooks: list[Hook] = field(default_factory=list)  # every installed forward, in install order
     blocks: list[_BlockHook] = field(default_factory=list)  # the hooked blocks: the table's acting ones
     pipeline: Callable[[], Any] | None = None  # the diffusers pipeline patched through: its scheduler's step
     # set_whole_block_guard: (block kwargs, positions in the stack) -> True when another extension replaced the
@@ -169,21 +178,43 @@ class TomeStats:
 # ---------------------------------------------------------------------------------------------- finding
 
 
+def _candidates(model: Any) -> list[nn.Module]:
+    """What may hold the model: a WebUI/LDM/SGM model's `.model.diffusion_model`, a diffusers pipeline's `.unet` or
+    `.transformer`, or the module itself; the module a torch.compile wrapper runs when it is one."""
+    found = [getattr(getattr(model, "model", None), "diffusion_model", None)]
+    found += [getattr(model, name, None) for name in ("unet", "transformer")]
+    return [uncompiled(m) for m in (*found, model) if isinstance(m, nn.Module)]
+
+
+def _not_handled(model: Any) -> str:
+    return (
+        f"{type(model).__name__} is not a model ToMe patches: it patches UNets (ldm/sgm UNetModel, diffusers"
+        " UNet2DConditionModel: SD1.x, SD2.x, SDXL) and the diffusion transformers"
+        f" {handled()}, alone or inside a WebUI/LDM model (.model.diffusion_model) or a diffusers pipeline (.unet,"
+        " .transformer)"
+    )
+
+
+def find_model(model: Any) -> nn.Module:
+    """The UNet or diffusion transformer ToMe patches in `model` (see `_candidates`); TypeError naming the class
+    otherwise."""
+    for candidate in _candidates(model):
+        if find_layout(candidate) is not None or _is_unet(candidate):
+            return candidate
+    raise TypeError(_not_handled(model))
+
+
 def find_unet(model: Any) -> nn.Module:
     """The UNet inside a WebUI/LDM/SGM model (`.model.diffusion_model`), a diffusers pipeline (`.unet`) or itself;
-    the module a torch.compile wrapper runs when it is one."""
-    inner = getattr(getattr(model, "model", None), "diffusion_model", None)
-    if isinstance(inner, nn.Module):
-        return uncompiled(inner)
-    unet = getattr(model, "unet", None)
-    if isinstance(unet, nn.Module):
-        return uncompiled(unet)
-    if isinstance(model, nn.Module) and _is_unet(model):
-        return uncompiled(model)
-    raise TypeError(
-        f"{type(model).__name__} has no UNet: expected a UNet (ldm/sgm UNetModel, diffusers UNet2DConditionModel),"
-        " a model with .model.diffusion_model (WebUI/LDM/SGM) or a pipeline with .unet"
-    )
+    the module a torch.compile wrapper runs when it is one. TypeError for anything else, a diffusion transformer
+    included."""
+    module = find_model(model)
+    layout = find_layout(module)
+    if layout is not None:
+        raise TypeError(
+            f"{type(module).__name__} has no UNet: it is a diffusion transformer ({family(layout.family).label})"
+        )
+    return module
 
 
 def _is_unet(module: nn.Module) -> bool:
@@ -245,11 +276,15 @@ def _self_attention(module: nn.Module) -> nn.Module | None:
 
 def model_family(model: Any) -> str:
     """The family presets resolve for: "sdxl" when the UNet's first transformer blocks sit at level 2 (SDXL and
-    its fine-tunes), else "sd" (SD1.x, SD2.x: attention from full resolution)."""
-    unet = find_unet(model)
-    found = _walk(unet)
+    its fine-tunes), "sd" for the other UNets (SD1.x, SD2.x: attention from full resolution), and a diffusion
+    transformer's own family ("flux", "wan", ... `tome_core.families`)."""
+    module = find_model(model)
+    layout = find_layout(module)
+    if layout is not None:
+        return layout.family
+    found = _walk(module)
     if not found:
-        raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock")
+        raise TypeError(f"{type(module).__name__} has no BasicTransformerBlock")
     return family_of_levels([shape.level for _, shape in found])
 
 
@@ -271,21 +306,27 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
         raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
     if preset is not None and config is not None:
         raise TypeError("apply_patch takes a config or a preset, not both")
-    unet = find_unet(model)
+    unet = find_model(model)
+    pipeline = _ref(model) if hasattr(getattr(model, "scheduler", None), "timesteps") else None
+    layout = find_layout(unet)
+    if layout is not None:
+        if preset is not None:
+            config = get_preset(preset).config(layout.family)
+        config = TomeConfig.from_dict(fields, base=config or TomeConfig(mode="kv"))
+        check_dit_config(config, type(unet).__name__, layout, unet)
+        remove_patch(model)
+        apply_dit(unet, layout, config, pipeline, STATE_ATTR)
+        return model
     found = _walk(unet)
     if not found:
         raise TypeError(f"{type(unet).__name__} has no BasicTransformerBlock to patch")
     if preset is not None:
-        from tome_core.presets import get_preset
-
         config = get_preset(preset).config(family_of_levels([shape.level for _, shape in found]))
     config = TomeConfig.from_dict(fields, base=config)
     table = plan_blocks(config, [shape for _, shape in found])
 
     remove_patch(model)
-    state = _State(config=config, table=table)
-    if hasattr(getattr(model, "scheduler", None), "timesteps"):
-        state.pipeline = _ref(model)
+    state = _State(config=config, table=table, pipeline=pipeline)
     state.handles.append(unet.register_forward_pre_hook(eager(_unet_pre_hook(state)), with_kwargs=True))
     state.handles.append(unet.register_forward_hook(eager(_unet_post_hook(state))))
     state.hooks.append(_UNetHook(unet))
@@ -298,11 +339,23 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     return model
 
 
+def check_config(model: Any, config: TomeConfig) -> None:
+    """Raise what `apply_patch(model, config)` would raise about `config` before touching `model` (ValueError or
+    TypeError naming the field and what is allowed): a diffusion transformer's own rules (fields it cannot run at
+    their defaults; merging only where its blocks can run on merged tokens). A UNet runs every valid `TomeConfig`."""
+    module = find_model(model)
+    layout = find_layout(module)
+    if layout is not None:
+        check_dit_config(config, type(module).__name__, layout, module)
+
+
 def remove_patch(model: Any) -> Any:
     """Remove our patch from `model`'s UNet, restoring it exactly; a no-op when it is not patched."""
-    unet = find_unet(model)
+    unet = find_model(model)
     state = unet.__dict__.pop(STATE_ATTR, None)
-    if state is not None:
+    if isinstance(state, DitState):
+        remove_dit(state)
+    elif state is not None:
         _unmark(state)  # a call that raised left its latent marked
         state.call = None
         for handle in state.handles:
@@ -315,24 +368,27 @@ def remove_patch(model: Any) -> Any:
 
 
 def is_patched(model: Any) -> bool:
-    return STATE_ATTR in find_unet(model).__dict__
+    return STATE_ATTR in find_model(model).__dict__
 
 
 def get_config(model: Any) -> TomeConfig | None:
-    state = find_unet(model).__dict__.get(STATE_ATTR)
+    state = find_model(model).__dict__.get(STATE_ATTR)
     return state.config if state is not None else None
 
 
 def block_table(model: Any, config: TomeConfig | None = None) -> BlockTable:
     """What each transformer block of `model`'s UNet does: under `config`, else under the model's patch (the table
     its hooks were installed from), else under the default preset for the model's family."""
-    unet = find_unet(model)
+    unet = find_model(model)
     state = unet.__dict__.get(STATE_ATTR)
     if config is None and state is not None:
         return state.table
+    layout = find_layout(unet)
+    if layout is not None:
+        return plan_dit(config or get_preset(DEFAULT_PRESET).config(layout.family), len(layout.blocks(unet)))
     shapes = [shape for _, shape in _walk(unet)]
     if config is None:
-        config = default_config([shape.level for shape in shapes])
+        config = _default_config([shape.level for shape in shapes])
     return plan_blocks(config, shapes)
 
 
@@ -344,7 +400,7 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
     step window reads the timestep back instead (one host synchronisation per call on a GPU, outside any
     compiled graph).
     """
-    state = find_unet(model).__dict__.get(STATE_ATTR)
+    state = find_model(model).__dict__.get(STATE_ATTR)
     if state is None:
         return
     if step is None or total is None or total <= 0:
@@ -355,9 +411,11 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
 
 def stats(model: Any) -> TomeStats | None:
     """What the patch on `model` did since it was applied or since `reset_stats`; None when it is not patched."""
-    state = find_unet(model).__dict__.get(STATE_ATTR)
+    state = find_model(model).__dict__.get(STATE_ATTR)
     if state is None:
         return None
+    if isinstance(state, DitState):
+        return _dit_stats(state)
     table = state.table
     kinds: Counter[str] = Counter()
     for block in state.blocks:
@@ -379,6 +437,28 @@ def stats(model: Any) -> TomeStats | None:
     )
 
 
+def _dit_stats(state: DitState) -> TomeStats:
+    hooks = state.hooks
+    applied = sum(1 for h in hooks if h.applied)
+    pooled = sum(1 for h in hooks if h.applied and h.plan.kind == "kv")
+    merged = applied - pooled
+    return TomeStats(
+        mode=state.config.mode,
+        total=len(state.table.blocks),
+        selected=len(hooks),
+        planned=sum(1 for h in hooks if h.planned),
+        reached=sum(1 for h in hooks if h.reached),
+        applied=applied,
+        unet_calls=state.unet_calls,
+        active_calls=state.active_calls,
+        block_calls=sum(1 for h in hooks if h.called),
+        grid_misses=sum(1 for h in hooks if h.grid_miss),
+        levels=state.table.levels,
+        block_levels=state.table.block_levels,
+        modules=tuple((name, count) for name, count in (("kv", pooled), ("attn1", merged), ("ff", merged)) if count),
+    )
+
+
 def set_whole_block_guard(model: Any, guard: Callable[[Mapping[str, Any], range], bool] | None) -> None:
     """Let a host keep blocks merged whole unmerged in a call where another extension replaced their attention.
 
@@ -389,25 +469,47 @@ def set_whole_block_guard(model: Any, guard: Callable[[Mapping[str, Any], range]
     reached. ComfyUI's adapter installs one that reads `transformer_options["patches_replace"]`. None removes it.
     Blocks merged module by module need none: a replaced module never runs, so its hook never merges.
     """
-    state = find_unet(model).__dict__.get(STATE_ATTR)
-    if state is not None:
+    state = find_model(model).__dict__.get(STATE_ATTR)
+    if isinstance(state, _State):
         state.guard = guard
 
 
 def reset_stats(model: Any) -> None:
     """Start counting afresh (the WebUI does so at the start of each sampling pass)."""
-    state = find_unet(model).__dict__.get(STATE_ATTR)
+    state = find_model(model).__dict__.get(STATE_ATTR)
     if state is None:
         return
     state.unet_calls = state.active_calls = 0
-    for block in state.blocks:
+    for block in state.hooks if isinstance(state, DitState) else state.blocks:
         block.reset()
+
+
+def set_attention_interceptor(model: Any, interceptor: str) -> None:
+    """Who subsamples a patched diffusion transformer's keys/values: "sdpa" (the default: the
+    scaled_dot_product_attention called inside each reduced block's attention) or "host" (the host's own attention
+    override calls `reduce_attention`, as ComfyUI's adapter does). A no-op on a UNet or an unpatched model."""
+    if interceptor not in INTERCEPTORS:
+        raise ValueError(f"interceptor must be one of {', '.join(map(repr, INTERCEPTORS))}, got {interceptor!r}")
+    state = find_model(model).__dict__.get(STATE_ATTR)
+    if isinstance(state, DitState):
+        state.interceptor = interceptor
+
+
+def reduce_attention(model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+    """For a host's attention override on a patched diffusion transformer: (key, value, mask) with the generated
+    tokens' keys/values subsampled along the sequence dimension `dim` while a block ToMe reduces runs, else None
+    (run the attention unchanged). `model` is the diffusion transformer module itself (not looked up per call)."""
+    return reduce_dit(model, STATE_ATTR, key, value, dim, mask)
 
 
 def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:
     """`model`'s UNet's transformer blocks in forward order, each with its downsampling level (1: the full latent,
     2: half, ...), as the patch finds them."""
-    return [(module, shape.level) for module, shape in _walk(find_unet(model))]
+    module = find_model(model)
+    layout = find_layout(module)
+    if layout is not None:
+        return [(block, 1) for block in layout.blocks(module)]
+    return [(module, shape.level) for module, shape in _walk(module)]
 
 
 def blocks_per_level(model: Any) -> dict[int, int]:
@@ -436,7 +538,14 @@ def describe_layout(
     default preset, for the family the layout is of as `model_family` tells it ("sdxl" when the first level holding
     blocks is 2 or deeper, else "sd"). Sizes as in `describe`."""
     _check_size(height=height, width=width)
+    if config is None:
+        config = _default_config([level for level, count in blocks.items() if count > 0])
     return layout_table(blocks, config).level_infos((height // 8, width // 8))  # as the WebUI and diffusers size it
+
+
+def _default_config(levels: list[int]) -> TomeConfig:
+    """The default preset for the family of a UNet whose transformer blocks sit at `levels`."""
+    return get_preset(DEFAULT_PRESET).config(family_of_levels(levels)) if levels else TomeConfig()
 
 
 def _check_size(**sizes: Any) -> None:
@@ -651,47 +760,7 @@ def timestep_key(timestep: Any, device: torch.device) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- block hooks
 
 
-class _Hook:
-    """One patched module: its instance `forward` is this object's `forward` until `uninstall`.
-
-    A bound method of a long-lived object, not a closure or a partial: torch.compile guards on the values this
-    object holds, not on its identity, so re-patching with the same settings reuses a compiled graph.
-    """
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-        self.inner: Callable[..., Any] | None = None  # an instance forward someone else set before us
-        self.own: Callable[..., Any] = type(module).forward  # the class's forward, as the module had it
-        self.passthrough = False  # removed while another wrapper still calls us
-
-    def install(self) -> None:
-        # The class's forward as it is now: the WebUIs swap attention forwards on the class when a model loads or
-        # a setting changes, never during a generation, and a patch lasts one generation.
-        self.own = type(self.module).forward
-        self.inner = self.module.__dict__.get("forward")
-        self.module.forward = self.forward  # type: ignore[method-assign]
-
-    def uninstall(self) -> None:
-        if self.module.__dict__.get("forward") == self.forward:
-            if self.inner is None:
-                del self.module.__dict__["forward"]
-            else:
-                self.module.forward = self.inner  # type: ignore[method-assign]
-        else:
-            # Another wrapper went on after ours and holds it: stay in its chain, doing nothing.
-            self.passthrough = True
-
-    def call(self, *args: Any, **kwargs: Any) -> Any:
-        """The module's forward as it was before ours."""
-        if self.inner is not None:
-            return self.inner(*args, **kwargs)
-        return self.own(self.module, *args, **kwargs)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
-class _UNetHook(_Hook):
+class _UNetHook(Hook):
     """The UNet itself: makes the call's scratch (`_Call`) with the timestep as the forward received it, so that a
     compiled graph hashes the random partitions from its own input (the pre-hook's copy would be a tensor from
     Python state), and drops it before the graph returns.
@@ -715,7 +784,7 @@ class _UNetHook(_Hook):
             state.call = None
 
 
-class _BlockHook(_Hook):
+class _BlockHook(Hook):
     """A transformer block its plan has do something (`BlockPlan.kind`).
 
     "whole": the block runs on its merged input and its output is unmerged, with what merging took from each token
@@ -846,7 +915,7 @@ def _with_first(
     return args, {**kwargs, name: x}
 
 
-class _MergeHook(_Hook):
+class _MergeHook(Hook):
     """Self-/cross-attention or the feed-forward: runs on the block's merged tokens, then unmerges its output."""
 
     def __init__(self, block: _BlockHook, module: nn.Module, name: str, ratio: float) -> None:
@@ -882,7 +951,7 @@ class _MergeHook(_Hook):
         return unmerge(out) if isinstance(out, torch.Tensor) else out
 
 
-class _KvHook(_Hook):
+class _KvHook(Hook):
     """Self-attention in kv mode: every query attends to keys/values pooled over the block's token grid."""
 
     name = "kv"

@@ -6,7 +6,8 @@ has) into a `BlockTable` of immutable `BlockPlan`s, one per block: nothing, self
 cells, ratios and shared plan it uses. `apply_patch` hooks what the table names and nothing else, and every word
 about what a config does (`describe`, `describe_layout`, the presets' details and size hints, `stats`, the hosts'
 notes and log lines) reads the same table: none works it out again. A UI without a model plans a model family's
-layout (`layout_table`: standard blocks, as `presets.FAMILY_LAYOUTS` counts them).
+layout (`layout_table`: standard blocks, as `presets.FAMILY_LAYOUTS` counts them). A diffusion transformer's blocks
+are planned by `plan_dit`: one grid, keys/values subsampled in the blocks of the block window.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class BlockPlan:
     matching: str = "local"
     key: tuple[Any, ...] = ()  # the blocks of one key match once per UNet call and merge with that plan
     carries: bool = False  # merged whole in a stack that stays merged from its first block to its last
+    st: int = 1  # frames per cell (video diffusion transformers' keys/values)
 
     @property
     def level(self) -> int:
@@ -178,6 +180,8 @@ def plan_blocks(config: TomeConfig, shapes: Sequence[BlockShape]) -> BlockTable:
         pooled = frozenset(levels - selected) if config.pool_kv else frozenset()
     plans = [
         _plan(config, index, shape, shape.level in selected, shape.level in pooled)
+        if config.block_selected(index, len(shapes))
+        else BlockPlan(index, shape)
         for index, shape in enumerate(shapes)
     ]
     if config.share_plan:
@@ -192,22 +196,38 @@ def plan_blocks(config: TomeConfig, shapes: Sequence[BlockShape]) -> BlockTable:
     return BlockTable(config, tuple(plans), selected, pooled)
 
 
-def layout_table(blocks_per_level: Mapping[int, int], config: TomeConfig | None = None) -> BlockTable:
+def layout_table(blocks_per_level: Mapping[int, int], config: TomeConfig) -> BlockTable:
     """`plan_blocks` for a UNet known only by its transformer blocks per level (a model family's layout in a UI that
-    has no model at hand), as standard blocks in stacks of one. Without `config`: the default preset, for the family
-    the layout is of ("sdxl" when its first level with blocks is 2 or deeper, as `model_family` decides)."""
+    has no model at hand), as standard blocks in stacks of one."""
     levels = [level for level, count in blocks_per_level.items() if count > 0]
-    if config is None:
-        config = default_config(levels)
     shapes = [BlockShape(level) for level in sorted(levels) for _ in range(blocks_per_level[level])]
     return plan_blocks(config, shapes)
 
 
-def default_config(levels: Sequence[int]) -> TomeConfig:
-    """The default preset for the family of a UNet whose transformer blocks sit at `levels`."""
-    from tome_core.presets import DEFAULT_PRESET, get_preset
-
-    return get_preset(DEFAULT_PRESET).config(family_of_levels(levels)) if levels else TomeConfig()
+def plan_dit(config: TomeConfig, count: int) -> BlockTable:
+    """The table of a diffusion transformer's `count` blocks (forward order) under `config`. In "kv" mode the blocks
+    of the block window subsample self-attention's keys/values over st x sy x sx cells of the generated tokens
+    ("kv"). In "merge" mode the window's blocks run on merged generated tokens ("whole": one merge before the
+    window's first block, one unmerge after its last, every generated token merged into one destination per cell),
+    and with `pool_kv` the other blocks subsample keys/values. A DiT's tokens are one grid (level 1): the patch grid
+    of the latent."""
+    acting = not config.is_noop
+    merging = config.mode == "merge"
+    ratio = config.max_ratio
+    plans = []
+    for index in range(count):
+        shape = BlockShape(1, 0 if merging else None, index, count, ("attn1", "ff") if merging else ("attn1",))
+        selected = acting and config.block_selected(index, count)
+        key = ("block", index)
+        if selected and merging:
+            merges = (("attn1", ratio), ("ff", ratio))
+            plans.append(BlockPlan(index, shape, "whole", merges, False, config.sx, config.sy, "local", key, True))
+        elif selected or (acting and merging and config.pool_kv):
+            plans.append(BlockPlan(index, shape, "kv", (), True, config.sx, config.sy, "local", key, st=config.st))
+        else:
+            plans.append(BlockPlan(index, shape))
+    level = frozenset({1}) if acting else frozenset()
+    return BlockTable(config, tuple(plans), level, frozenset())
 
 
 def family_of_levels(levels: Sequence[int]) -> str:

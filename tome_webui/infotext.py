@@ -33,7 +33,10 @@ What is written, for a job that ran (`entries`):
 * `ToMe preset` when the first pass used a preset as it is (absent: custom settings, as in images made before
   presets existed). A preset with values laid over it (XYZ plot, dict-form fields) is recorded as custom values.
 * The values the first pass ran with, resolved for the model that ran: the non-advanced fields always
-  (`ToMe ratio` also marks that ToMe ran), the advanced ones when they differ from the default.
+  (`ToMe ratio` also marks that ToMe ran), the advanced ones when they differ from the default. On a diffusion
+  transformer (Flux, Wan, ...) only the fields it runs (`tome_core.dit.DIT_FIELDS`: `ToMe mode`, the strides,
+  `ToMe start at block`, ...; with merged blocks also the ratio; `ToMe mode` then marks that ToMe ran): the others
+  mean nothing there and paste back as their defaults.
 * txt2img with Hires fix: `ToMe hires` (`same`, `own`, `off`), `ToMe hires preset` in own mode with a preset,
   and the hires pass's values: in own mode always its ratio, max downsample and strides, and any other field
   whose value differs from the first pass's. A "same" pass that custom settings could not reproduce (a preset
@@ -60,7 +63,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from tome_core import TomeConfig
+from tome_core import FAMILIES, TomeConfig
+from tome_core.dit import DIT_FIELDS, MERGE_FIELDS
 from tome_webui.params import (
     ARG_NAMES,
     CUSTOM,
@@ -116,8 +120,9 @@ ENABLED_NAME = f"{PREFIX} enabled"
 VALUE_KEYS: frozenset[str] = frozenset((*KEYS.values(), *HIRES_KEYS.values()))
 #: Every key this extension writes.
 ALL_KEYS: frozenset[str] = frozenset((*VALUE_KEYS, BUILTIN_KEY, ERROR_KEY, NOTE_KEY, VERSION_KEY))
-#: The keys whose presence says "ToMe ran for this image" (the first is written whenever the model was known).
-MARKER_KEYS: tuple[str, ...] = (KEYS["ratio"], KEYS["preset"])
+#: The keys whose presence says "ToMe ran for this image": `ToMe ratio` is written whenever a UNet's values are,
+#: `ToMe mode` whenever any values are (a diffusion transformer's have no ratio), `ToMe preset` for a preset.
+MARKER_KEYS: tuple[str, ...] = (KEYS["ratio"], KEYS["preset"], KEYS["mode"])
 
 
 def format_value(value: Any) -> str:
@@ -143,9 +148,10 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
     preset = job.preset if not job.changes else CUSTOM
     if preset != CUSTOM:
         out[KEYS["preset"]] = preset
-    first = _resolved(job, False, families.get(False) or families.get(True))
+    family = families.get(False) or families.get(True)
+    first = _resolved(job, False, family)
     if first is not None:
-        for name in FIELD_NAMES:
+        for name in fields_of(family, first):
             value = getattr(first, name)
             if value is not None and (not spec(name).advanced or value != spec(name).default):
                 out[KEYS[name]] = format_value(value)
@@ -159,7 +165,7 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
     if mode == "own" and job.hires_preset != CUSTOM and not job.hires_changes:
         out[KEYS["hr_preset"]] = job.hires_preset
     if hires is not None:
-        for name in FIELD_NAMES:
+        for name in fields_of(families.get(True) or families.get(False), hires, first):
             value = getattr(hires, name)
             always = mode == "own" and name in HIRES_FIELDS
             differs = first is not None and value != getattr(first, name)
@@ -168,6 +174,16 @@ def entries(job: TomeJob, *, with_hires: bool, families: Mapping[bool, str] | No
             if differs or (value is not None and (always or first is None)):
                 out[HIRES_KEYS[name]] = format_value(value)
     return out
+
+
+def fields_of(family: str | None, *configs: TomeConfig | None) -> tuple[str, ...]:
+    """The fields written for a pass on a model of `family`: every field on a UNet (or an unknown family), on a
+    diffusion transformer those it runs with the `configs`' modes (`tome_core.dit`: keys/values subsampling, or merged
+    blocks, which add the ratio)."""
+    if family is None or family in FAMILIES:
+        return FIELD_NAMES
+    runs = MERGE_FIELDS if any(c is not None and c.mode == "merge" for c in configs) else DIT_FIELDS
+    return tuple(name for name in FIELD_NAMES if name in runs)
 
 
 def without_ours(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,8 +27,10 @@ The order (see the WebUI contract, section 2.3), for one `process_images(p)`:
   (Reload UI).
 
 Hosts: the model object is handed to its host adapter (`tome_webui.hosts`: A1111, Forge 2 / Forge Neo / reForge /
-Forge Classic, SD.Next) for its UNet module and the built-in token merging; patches are applied to the UNet module
-itself. Where the host keeps a `torch.compile` wrapper in the UNet's place (Forge Neo's Torch Compile Integrated,
+Forge Classic, SD.Next) for the module ToMe patches (its UNet, or a diffusion transformer `tome_core` reduces: Forge
+Neo's Flux, Wan, ..., SD.Next's diffusers transformers; "unet" below means either), its model family and the built-in
+token merging; patches are applied to that module itself. A model with no such module gets the core's words naming
+its class (`not applied: NextDiT is not a model ToMe patches`), never a silent no-op. Where the host keeps a `torch.compile` wrapper in the UNet's place (Forge Neo's Torch Compile Integrated,
 reForge's `--torch-compile`, SD.Next's compile: docs/hosts.md), the adapter hands over the wrapper and `tome_core`
 patches the module it wraps; the wrapper's graph traces again once with the patch in it and merges, and after the
 patch is removed its earlier graph runs again. Nothing here differs for a compiled UNet. A host that fires no per-step callback (SD.Next: no `on_cfg_denoiser`, no `before_hr` and no
@@ -53,7 +55,7 @@ from typing import Any
 from torch import nn
 
 import tome_core
-from tome_webui import compat, infotext, report
+from tome_webui import compat, hosts, infotext, report
 from tome_webui.hosts import Removable, host_of, unet_of
 from tome_webui.params import TomeArgsError, TomeJob, resolve
 
@@ -75,6 +77,7 @@ class Run:
     unet_families: dict[int, str] = field(default_factory=dict)  # id(unet) -> its family (not walked every step)
     logged: set[str] = field(default_factory=set)  # notes already logged (once per generation)
     unpatchable: set[int] = field(default_factory=set)  # ids of UNets that cannot be patched (not retried per step)
+    refused: set[tuple[int, tome_core.TomeConfig]] = field(default_factory=set)  # (id(module), a config it refused)
     problems: dict[str, None] = field(default_factory=dict)  # this batch's reasons ToMe could not apply, in order
     reports: dict[str, report.PassReport] = field(default_factory=dict)  # this batch's finished passes
     pass_name: str | None = None  # the pass now sampling
@@ -131,11 +134,11 @@ class Runtime:
             return
         if not compat.has_every_sampling_hook(p):
             self._pass(p, is_hr_pass=False)
-        elif run.job.needs_family(False):
+        else:
             unet = unet_of(p.sd_model)
             if unet is not None and id(unet) not in run.unpatchable:
                 try:
-                    family_of(run, unet, is_hr_pass=False)
+                    family_of(run, unet, is_hr_pass=False, model=p.sd_model)
                 except TypeError as exc:  # the pass hook reports it in the note
                     log.debug("ToMe: no model family for the infotext yet: %s", exc)
         record_values(p, run)
@@ -237,7 +240,8 @@ def finish_pass(run: Run) -> None:
     stats = tome_core.stats(unet)
     if stats is None or not (stats.unet_calls or run.pass_steps):
         return
-    new = report.PassReport(stats=stats, steps=run.pass_steps)
+    transformer = tome_core.find_layout(tome_core.find_model(unet)) is not None
+    new = report.PassReport(stats=stats, steps=run.pass_steps, transformer=transformer)
     old = run.reports.get(name)  # a refiner took over mid-pass: keep whichever model fell short
     if old is None or report.explain(old) is None or report.explain(new) is not None:
         run.reports[name] = new
@@ -247,7 +251,8 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False, model:
     """Make the current model (or `model`) carry the config of the pass that runs (or no patch when that pass does
     not merge).
 
-    Returns the UNet that carries the pass's config, or None when this pass does not merge.
+    Returns the module (UNet or diffusion transformer) that carries the pass's config, or None when this pass does
+    not merge.
     """
     model = p.sd_model if model is None else model
     host = host_of(model)
@@ -256,12 +261,15 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False, model:
     unet = host.unet(model)
     if unet is None:
         if run.job.may_merge(is_hr_pass):
-            run.problems[f"not applied: {type(model).__name__} has no UNet to patch"] = None
+            not_patched(run, host, model)
         return None
     if id(unet) in run.unpatchable:
         return None
     try:
-        config = run.job.config_for(is_hr_pass, family_of(run, unet, is_hr_pass=is_hr_pass))
+        family = family_of(run, unet, is_hr_pass=is_hr_pass, model=model)
+        config = run.job.config_for(is_hr_pass, family)
+        if config is not None and (id(unet), config) in run.refused:
+            return None
         if config is not None and host.builtin_applied(model):
             if host.remove_builtin(model):
                 p.extra_generation_params[infotext.BUILTIN_KEY] = "disabled"
@@ -274,29 +282,49 @@ def ensure(p: Any, run: Run, *, is_hr_pass: bool, new_pass: bool = False, model:
                 tome_core.remove_patch(unet)
             return None
         if current != config:
-            tome_core.apply_patch(unet, config)
+            try:
+                tome_core.apply_patch(unet, config)
+            except ValueError as exc:  # settings this model cannot run (a DiT runs keys/values subsampling only)
+                run.refused.add((id(unet), config))
+                run.problems[f"not applied: {exc}"] = None
+                if current is not None:
+                    tome_core.remove_patch(unet)
+                return None
         elif new_pass:
             tome_core.set_step(unet, None, None)
         run.runtime.patched.add(unet)
         return unet
-    except (TypeError, ValueError) as exc:  # no transformer blocks (a compiled wrapper is patched through)
+    except TypeError as exc:  # no transformer blocks (a compiled wrapper is patched through)
         run.unpatchable.add(id(unet))
         run.problems[f"not applied: cannot patch {type(model).__name__}: {exc}"] = None
         return None
 
 
-def family_of(run: Run, unet: nn.Module, *, is_hr_pass: bool) -> str | None:
-    """The model family a pass resolves its preset for (None when it uses no preset), recorded for the infotext.
+def not_patched(run: Run, host: Any, model: Any) -> None:
+    """Record why `model` has no module ToMe patches: its class in the core's words for the note, and once per
+    generation the core's whole message (what ToMe does patch) for the log."""
+    full = host.not_patched(model)
+    reason = hosts.short_reason(full)
+    run.problems[f"not applied: {reason}"] = None
+    if full != reason and full not in run.logged:
+        run.logged.add(full)
+        log.warning("%s: not applied: %s", LOG_HEAD, full)
+
+
+def family_of(run: Run, unet: nn.Module, *, is_hr_pass: bool, model: Any = None) -> str | None:
+    """The model family a pass resolves its preset for (None when it uses no preset), recorded for the infotext
+    either way (a diffusion transformer's infotext holds the fields it runs only). `model` is the host's object holding
+    `unet` (its adapter may know the family better than the module does: Forge Neo's Flux.2).
 
     Raises TypeError for a UNet without transformer blocks (`tome_core.model_family`).
     """
-    if not run.job.needs_family(is_hr_pass):
-        return None
     family = run.unet_families.get(id(unet))
     if family is None:
-        family = run.unet_families[id(unet)] = tome_core.model_family(unet)
-    run.families[is_hr_pass] = family
-    return family
+        family = run.unet_families[id(unet)] = (
+            tome_core.model_family(unet) if model is None else host_of(model).family(model, unet)
+        )
+    run.families[is_hr_pass] = family  # also for custom settings: the infotext writes a transformer's fields only
+    return family if run.job.needs_family(is_hr_pass) else None
 
 
 def loaded_unets() -> list[nn.Module]:

@@ -19,11 +19,13 @@ Positional form
         14-18  hr_mode, hr_ratio, hr_max_downsample, hr_sx, hr_sy
         19-22  mlp_ratio, share_plan, preset, hr_preset
         23     mlp_min_downsample
-        24-25  min_downsample, pool_kv                         (19 on: appended after the first release)
+        24-25  min_downsample, pool_kv
+        26-28  st, block_start, block_end                     (19 on: appended after the first release)
 
     img2img has no Hires fix pass group: its args are the txt2img order without the hires ones
-    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-19 mlp_ratio, share_plan, preset,
-    mlp_min_downsample, min_downsample, pool_kv), so its first 14 positions are those of txt2img too. A shorter list keeps the defaults for
+    (`IMG2IMG_ARG_NAMES`: 0 enabled, 1-13 the same fields, 14-22 mlp_ratio, share_plan, preset,
+    mlp_min_downsample, min_downsample, pool_kv, st, block_start, block_end), so its first 14 positions are those of
+    txt2img too. A shorter list keeps the defaults for
     the missing tail, except that a missing `preset` or `hr_preset` means "custom": a list written before presets
     existed keeps its meaning. The WebUI fills missing args itself, with the values of a freshly built `ui()`
     (`Api.init_default_script_args`), where the speed selectors start at `UI_PRESET_DEFAULT`: the default preset
@@ -121,6 +123,9 @@ APPENDED_ARGS: tuple[str, ...] = (
     "mlp_min_downsample",
     "min_downsample",
     "pool_kv",
+    "st",
+    "block_start",
+    "block_end",
 )
 #: The positional order of the script's args in txt2img (= the order of the components `ui()` returns). A field
 #: added to TomeConfig later and not yet listed in APPENDED_ARGS lands at the end.
@@ -238,7 +243,7 @@ def _overlay(base: TomeConfig, changes: Changes) -> TomeConfig:
 
 def _family(family: str | None) -> str:
     if family is None:
-        raise ValueError("a preset needs the model family ('sd' or 'sdxl') to resolve")
+        raise ValueError(f"a preset needs the model family ({', '.join(map(repr, tome_core.ALL_FAMILIES))}) to resolve")
     return family
 
 
@@ -548,7 +553,7 @@ def _config(values: Mapping[str, Any], which: str) -> TomeConfig:
 def _check_job(job: TomeJob) -> None:
     """Resolve both passes for every model family, so that a rule across fields fails now, not mid-generation."""
     uses_preset = job.needs_family(False) or job.needs_family(True)
-    families: tuple[str | None, ...] = tome_core.FAMILIES if uses_preset else (None,)
+    families: tuple[str | None, ...] = tome_core.ALL_FAMILIES if uses_preset else (None,)
     for family in families:
         for is_hr_pass, which in ((False, "settings"), (True, "hires settings")):
             try:

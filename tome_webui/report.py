@@ -6,7 +6,10 @@ the infotext and the log, e.g. ``merged in 0 of 16 blocks (attention replaced by
 
 The counts are those of the config the pass really ran (a preset resolved for the model), whichever modules it
 merges: a block counts as merged when any of its merged modules (self-/cross-attention, MLP) merged, and with
-one plan per stack the blocks that reuse the stack's plan count too.
+one plan per stack the blocks that reuse the stack's plan count too. A diffusion transformer's block counts when its
+joint attention ran on subsampled keys/values; the core reaches that attention where it calls PyTorch's
+scaled_dot_product_attention, so a block whose attention runs another kernel counts as planned and not reached, and the
+note says so (`OTHER_KERNEL`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ PASS_LABELS: Mapping[str, str] = {"first": "first pass", "hires": "hires pass", 
 #: and SD.Next's compile keep those guards; Neo's filter drops only guards on `transformer_options`). A host that
 #: drops the guards on modules (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`, say) runs the old graph.
 STALE_GRAPH = "a torch.compile graph traced before the patch, run with its guards on modules dropped"
+#: Why a diffusion transformer's attention was not reached: ToMe subsamples keys/values where PyTorch's
+#: scaled_dot_product_attention is called, and the hosts choose the kernel at start-up (Forge Neo: SageAttention,
+#: FlashAttention, xformers, or its einsum "basic" attention on a CPU; `--use-pytorch-cross-attention` selects SDPA).
+OTHER_KERNEL = (
+    "its attention ran another kernel than PyTorch's scaled_dot_product_attention (SageAttention, FlashAttention,"
+    " xformers or basic attention; in Forge Neo start with --use-pytorch-cross-attention), or another extension"
+    " replaced it"
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class PassReport:
 
     stats: TomeStats
     steps: int
+    transformer: bool = False  # a diffusion transformer (blocks, not UNet levels)
 
 
 def _levels(levels: frozenset[int]) -> str:
@@ -39,6 +51,8 @@ def _levels(levels: frozenset[int]) -> str:
 def explain(report: PassReport) -> str | None:
     """Why fewer blocks merged than the config selects, with the counts; None when all of them did."""
     s = report.stats
+    if report.transformer:
+        return _explain_transformer(report)
     verb = "pooled keys/values in" if s.mode == "kv" else "merged in"
     if s.selected == 0:
         return (
@@ -70,6 +84,36 @@ def explain(report: PassReport) -> str | None:
         reasons.append("attention replaced by another extension")
     if s.applied < s.reached:
         reasons.append("tokens changed by another extension before ToMe")
+    return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
+
+
+def _explain_transformer(report: PassReport) -> str | None:
+    """`explain` for a diffusion transformer: its blocks, the block window and the attention kernel."""
+    s = report.stats
+    verb = "subsampled keys/values in"
+    if s.selected == 0:
+        return f"{verb} 0 of {s.total} blocks (the block window selects none of this model's blocks)"
+    if s.unet_calls == 0:
+        if report.steps == 0:
+            return None
+        return (
+            f"{verb} 0 of {s.selected} blocks (the model ran without ToMe's hooks: another extension replaced its"
+            f" forward, or {STALE_GRAPH})"
+        )
+    if s.applied >= s.selected:
+        return None
+    reasons = []
+    if s.planned < s.selected:
+        if s.block_calls == 0:
+            reasons.append(f"the blocks ran without ToMe's hooks: another extension replaced them, or {STALE_GRAPH}")
+        elif s.active_calls == 0:
+            reasons.append("the step window excluded every step")
+        else:
+            reasons.append("the model's inputs did not show where the image's tokens are")
+    if s.reached < s.planned:
+        reasons.append(OTHER_KERNEL)
+    if s.applied < s.reached:
+        reasons.append("their token count did not fit the latent size")
     return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
 
 

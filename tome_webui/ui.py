@@ -9,13 +9,16 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
     preset             radio "Speed": Quality / Balanced / Fast / Fastest / Custom (values: the preset names
                        of `tome_core.presets()` and "custom"); starts at `tome_core.DEFAULT_PRESET`
     cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, one line in the user's words,
-                       what it gains and changes for the loaded model's family (both families while none is
-                       known: the speed-up on the WebUI's device, the change beside the reference the preset is
-                       held to; `preset_hint` in tome_core/presets.py), and a note when the image is
-                       too small for it to merge at some level, with what it runs and its tokens per level in the
-                       note's tooltip (`preset_details`, `token_details`); for Custom, the ratio merged or the
-                       pooling in kv mode; plus a line for the Hires fix pass where it runs other values than the
-                       first pass. Settings the core refuses (a ratio the strides cannot reach, ...) show its
+                       what it gains and changes for the loaded model's family (SD1/SD2 and SDXL while none is
+                       known; a diffusion transformer's family in Forge Neo): how much faster a step gets at the
+                       page's size, from the speed table (`tome_core.figures`), and in the same line the Hires fix
+                       pass's figure at its target size while it runs the same preset; the change beside the
+                       reference the preset is held to (`preset_hint` in tome_core/words.py), and a note when the
+                       image is too small for it to merge at some level; what it runs, its figures per size and
+                       its tokens per level (per reduced block on a transformer) in the note's tooltip
+                       (`preset_tooltip`, `token_details`); for Custom, the ratio merged or the pooling in kv mode;
+                       plus a line for the Hires fix pass where it runs other values than the first pass (its own
+                       preset: that preset's line at the hires size). Settings the core refuses (a ratio the strides cannot reach, ...) show its
                        message instead, with the class `tome-invalid` in the theme's error colour. Once
                        javascript/tome.js has sent the image size (`page_values`), it is followed by the token
                        hint, a `div.tome-token-hint` with the id of the item `token_hint`: for each pass that runs
@@ -29,8 +32,10 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
     ratio, max_downsample, sx, sy, mode
                        the main controls
     advanced           the "Advanced" accordion holding:
-    use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio, share_plan,
-    mlp_min_downsample, min_downsample, pool_kv
+    st, use_rand, merge_attn, merge_crossattn, merge_mlp, seed, matching, step_start, step_end, mlp_ratio,
+    share_plan, mlp_min_downsample, min_downsample, pool_kv, block_start, block_end
+                       (st, block_start and block_end: for diffusion transformers, frames per cell and the block
+                       window)
     hires              txt2img only: the Hires fix pass group (container) holding:
     hr_mode            radio "Same as first pass" / "Own settings" / "Off" (values "same", "own", "off")
     hr_settings        the column shown only for "Own settings", holding:
@@ -56,13 +61,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import nn
+
 import tome_core
-from tome_core import FAMILIES, TomeConfig, presets
-from tome_core.presets import (
+from tome_core import FAMILIES, TomeConfig, figures, presets
+from tome_core.dit import check_config
+from tome_core.plan import plan_dit
+from tome_core.presets import REFERENCES
+from tome_core.words import (
+    DIT_BLOCKS,
     FAMILY_LABELS,
     FAMILY_LAYOUTS,
     describe_config,
-    preset_details,
     preset_hint,
     unmerged_levels,
 )
@@ -96,12 +106,16 @@ HIRES_LABEL = "Hires fix pass"
 PRESET_LABEL = "Speed"
 HIRES_PRESET_LABEL = "Hires speed"
 PAGE_VALUES_LABEL = "ToMe page values"
-#: `FAMILY_LAYOUTS` (tome_core.presets): the token hint's figures come from `tome_core.describe_layout` on these
+#: `FAMILY_LAYOUTS` (tome_core.words): the token hint's figures come from `tome_core.describe_layout` on these
 #: layouts; tests check them against the real architectures (`tome_core.blocks_per_level`).
 describe = describe_config
+#: Pixels per token side of every diffusion transformer family ToMe reduces: an 8x VAE and 2x2 patches (Flux.2: its
+#: latent patchified 2x2 as well; Wan: per latent frame).
+DIT_PIXELS_PER_TOKEN = 16
 PRESET_HELP = (
     "Speed against fidelity: from Quality to Fastest each preset takes less GPU time, each held to a default users"
-    " know (tomesd's or ToDo's), resolved for the model that runs each pass (SD1/SD2 or SDXL). "
+    " know (tomesd's or ToDo's), resolved for the model that runs each pass (SD1/SD2, SDXL, or a diffusion"
+    " transformer such as Flux or Wan, where keys/values are subsampled and text tokens kept whole). "
     + " ".join(f"{preset.label}: {preset.help}" for preset in presets())
     + " Custom: the settings below."
 )
@@ -332,8 +346,8 @@ def note_for_page(text: Any, *, is_img2img: bool, family: str | None = None, dev
 
 
 def loaded_family() -> str | None:
-    """The model family ("sd"/"sdxl") of the model the WebUI has loaded; None while none is (a placeholder, no
-    UNet, a model of no known family)."""
+    """The model family ("sd", "sdxl", or a diffusion transformer's: "flux", "wan", ...) of the model the WebUI has
+    loaded; None while none is (a placeholder, nothing ToMe patches, a model of no known family)."""
     model = compat.current_model()
     if model is None:
         return None
@@ -342,7 +356,7 @@ def loaded_family() -> str | None:
     if unet is None:
         return None
     try:
-        return tome_core.model_family(unet)
+        return host.family(model, unet)
     except (TypeError, ValueError) as exc:
         log.debug("ToMe: no model family for the speed hint: %s", exc)
         return None
@@ -358,15 +372,66 @@ def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
     return job
 
 
-def _custom_line(prefix: str, config: TomeConfig) -> str:
-    """The note of custom settings: the ratio merged, or the keys/values pooling in kv mode. (A ratio the strides
-    cannot reach never gets here: `TomeConfig` refuses it, and the note shows that error.)"""
+def is_transformer(family: str | None) -> bool:
+    """Whether `family` is a diffusion transformer's (no UNet levels: keys/values subsampled per block)."""
+    return family is not None and family not in FAMILIES
+
+
+def loaded_module() -> nn.Module | None:
+    """The module ToMe would patch in the model the WebUI has loaded (the one a compile wrapper runs), or None (none
+    loaded, a placeholder, no WebUI at all)."""
+    try:
+        model = compat.current_model()
+    except ImportError as exc:  # not inside a WebUI (the library's tests)
+        log.debug("ToMe: no WebUI model for the note: %s", exc)
+        return None
+    if model is None:
+        return None
+    host = host_of(model)
+    module = None if host.is_placeholder(model) else host.unet(model)
+    return getattr(module, "_orig_mod", module)
+
+
+def refusal(config: TomeConfig, family: str | None) -> str | None:
+    """The core's message when the loaded diffusion transformer (of `family`) cannot run `config` (settings of UNet
+    levels, a merge it cannot run, ...), else None. The core decides with the model at hand
+    (`tome_core.dit.check_config`); with none loaded nothing is said here, and a generation says it in `ToMe note`."""
+    if not is_transformer(family):
+        return None
+    module = loaded_module()
+    layout = None if module is None else tome_core.find_layout(module)
+    if module is None or layout is None:  # (the note's transformer family is the loaded model's)
+        return None
+    try:
+        check_config(config, type(module).__name__, layout, module)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _custom_line(prefix: str, config: TomeConfig, family: str | None = None) -> tuple[str, bool]:
+    """The note of custom settings: the ratio merged, or the keys/values pooling in kv mode; on a diffusion
+    transformer what it runs, or why it cannot (flagged as an error). (A ratio the strides cannot reach never gets
+    here: `TomeConfig` refuses it, and the note shows that error.)"""
+    refused = refusal(config, family)
+    if refused is not None:
+        return f"{prefix}invalid settings for {FAMILY_LABELS[str(family)]}: {refused}", True
+    if is_transformer(family):
+        return f"{prefix}{describe_config(config, family)}", False
     if config.mode == "kv":
         unused = "" if config.ratios_by_kind else " (the ratio is unused)"
-        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}"
+        return f"{prefix}pooling keys/values over {config.sx}\u00d7{config.sy} cells{unused}", False
     if config.is_noop:
-        return f"{prefix}no merging"
-    return f"{prefix}merging {config.ratio:.2f} of the tokens"
+        return f"{prefix}no merging", False
+    return f"{prefix}merging {config.ratio:.2f} of the tokens", False
+
+
+def hires_follows(job: TomeJob) -> bool:
+    """Whether the Hires fix pass runs the first pass's preset as it is ("same", or "own" at the same preset): its
+    figure then goes into the first pass's line."""
+    if not job.needs_family(False) or job.hires_mode == "off":
+        return False
+    return job.hires_preset == job.preset and job.hires_changes == job.changes
 
 
 def note_html(
@@ -378,13 +443,14 @@ def note_html(
     device: str | None = None,
 ) -> str:
     """HTML for the note under the speed selector (see the module docstring), from the `note_args` values; with
-    the `page` values, the token hint follows it. `family`: the loaded model's ("sd"/"sdxl"), None when unknown
-    (then every family is shown). `device`: where the WebUI runs models ("cuda": the preset's GPU figure, another
-    device: the CPU figure, None: both).
+    the `page` values, the token hint follows it. `family`: the loaded model's ("sd", "sdxl", "flux", ...), None
+    when unknown (then SD1/SD2 and SDXL are shown). `device`: where the WebUI runs models (the figures are a GPU's;
+    on another device the hint says so).
 
-    A preset is one line in the family's words (`preset_hint`); what it runs and its tokens per level are in the
-    note's tooltip. Settings the core refuses (a ratio the strides cannot reach, say) show its message, marked
-    `tome-invalid`: the WebUI swallows errors raised while generating, so this is where a user sees them first."""
+    A preset is one line in the family's words (`preset_hint`), its figures at the page's size (and at the Hires fix
+    target while that pass runs the same preset); what it runs and its tokens per level are in the note's tooltip.
+    Settings the core refuses (a ratio the strides cannot reach, say) show its message, marked `tome-invalid`: the
+    WebUI swallows errors raised while generating, so this is where a user sees them first."""
     try:
         job = note_job(values, is_img2img=is_img2img)
     except TomeArgsError as exc:
@@ -393,15 +459,16 @@ def note_html(
             return note
         return note + token_hint_html(None, page, is_img2img=is_img2img)
     size = page.size() if page is not None else None
+    hires_size = page.hires_size() if page is not None and not is_img2img else None
     lines: list[tuple[str, bool]] = []
     details: list[str] = []
     if job.needs_family(False):
-        lines.append((preset_hint(job.preset, family, size, device), False))
-        details.append(preset_details(job.preset, family))
+        target = hires_size if not is_img2img and hires_follows(job) else None
+        lines.append((preset_hint(job.preset, family, size, device, hires=target), False))
+        details += preset_tooltip(job.preset, family)
     else:
-        lines.append((_custom_line("", job.first), False))
+        lines.append(_custom_line("", job.first, family))
     if not is_img2img:
-        hires_size = page.hires_size() if page is not None else None
         hires_lines, hires_details = _hires_lines(job, family, hires_size, device)
         lines += hires_lines
         details += hires_details
@@ -417,25 +484,49 @@ def _families(family: str | None) -> tuple[str, ...]:
     return FAMILIES if family is None else (family,)
 
 
+def preset_tooltip(preset: str, family: str | None) -> list[str]:
+    """The note's tooltip for a preset, one line per family (`family` alone when known): what it runs
+    (`describe_config`), its speed-up at each size of the speed table and where those figures come from, and the
+    reference its change is held to, in full."""
+    chosen = tome_core.get_preset(preset)
+    lines = []
+    for name in _families(family):
+        parts = [describe_config(chosen.config(name), name)]
+        found = [figures.speed(name, chosen.name, *size) for size in figures.sizes(name, chosen.name)]
+        each = [f"{f.speedup:.2f}\u00d7 at {f.size[0]}\u00d7{f.size[1]}" for f in found if f is not None]
+        if each:
+            source = found[0].source if found[0] is not None else None
+            how = "" if source is None else f" ({source.device}, {'measured' if source.measured else 'estimated'})"
+            parts.append(f"faster per step: {', '.join(each)}{how}")
+        held = chosen.fidelity.get(name)
+        if held is not None:
+            parts.append(f"its change is held to {REFERENCES.get(held.reference, held.reference)}")
+        lines.append(f"{FAMILY_LABELS[name]}: {'; '.join(parts)}")
+    return lines
+
+
 def _hires_lines(
     job: TomeJob, family: str | None, size: tuple[int, int] | None, device: str | None = None
 ) -> tuple[list[tuple[str, bool]], list[str]]:
-    """The hires pass's lines where it runs other values than the first pass (whether "Same as first pass" or "Own
-    settings" at the same preset), and its details."""
+    """The hires pass's lines where it runs other values than the first pass: its own preset (that preset's line at
+    the hires size), other custom values, or none ("no merging"); a pass at the first pass's preset has its figure
+    in the first line (`hires_follows`)."""
     if job.hires_mode == "off":
         return [("Hires pass: no merging", False)], []
     if not job.needs_family(True):
         hires = job.pass_config(True)
         own = job.hires_mode == "own" and hires is not None
-        return ([(_custom_line("Hires pass: ", hires), False)] if own else []), []
-    configs = {f: job.pass_config(True, f) for f in _families(family)}
-    if all(c == job.pass_config(False, f) for f, c in configs.items()):
+        return ([_custom_line("Hires pass: ", hires, family)] if own else []), []
+    if hires_follows(job):
         return [], []
     if job.hires_preset != CUSTOM and not job.hires_changes:  # a preset of its own
         label = PRESET_LABELS[job.hires_preset]
         return [(f"Hires pass, {label}: {preset_hint(job.hires_preset, family, size, device)}", False)], [
-            f"Hires pass, {line}" for line in preset_details(job.hires_preset, family).splitlines()
+            f"Hires pass, {line}" for line in preset_tooltip(job.hires_preset, family)
         ]
+    configs = {f: job.pass_config(True, f) for f in _families(family)}
+    if all(c == job.pass_config(False, f) for f, c in configs.items()):
+        return [], []
     lines = [
         (f"Hires pass, {FAMILY_LABELS[f]}: {describe_config(c, f)}", False) for f, c in configs.items() if c is not None
     ]
@@ -561,6 +652,32 @@ def _levels_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit
     return ", ".join(parts)
 
 
+def _dit_text(family: str, size: tuple[int, int], config: TomeConfig) -> str:
+    """A diffusion transformer's tokens at a size, from the core's block table for the family's public checkpoints
+    (`DIT_BLOCKS`): the image's tokens and the keys/values each reduced block attends to ("4096 -> 1024 keys/values
+    per reduced block"), and where blocks run on merged tokens how many they run on ("4096 -> 1024 tokens in merged
+    blocks"); text and reference tokens are kept whole and not counted."""
+    h, w = size[1] // DIT_PIXELS_PER_TOKEN, size[0] // DIT_PIXELS_PER_TOKEN
+    acting = plan_dit(config, DIT_BLOCKS[family]).acting
+    if not acting or h < 1 or w < 1:
+        return "no reduction"
+    parts = []
+    merged = next((block for block in acting if block.kind == "whole"), None)
+    pooled = next((block for block in acting if block.kind == "kv"), None)
+    if pooled is not None:
+        parts.append(f"{h * w} \u2192 {pooled.tokens(h, w)['kv']} keys/values per reduced block")
+    if merged is not None:
+        parts.append(f"{h * w} \u2192 {merged.tokens(h, w)['attn1']} tokens in merged blocks")
+    return ", ".join(parts)
+
+
+def _family_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit: bool) -> str:
+    """One family's tokens for a config at a size: per UNet level, or per block of a diffusion transformer."""
+    if is_transformer(family):
+        return "not run on this model (see above)" if refusal(config, family) else _dit_text(family, size, config)
+    return _levels_text(family, size, config, unit=unit)
+
+
 def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: str | None = None) -> str:
     """One pass's tokens: per model family for a preset (the loaded one's alone when known), else the custom
     settings on the loaded family's layout, or while none is known on SD1/SD2's (and on SDXL's too with max
@@ -570,7 +687,7 @@ def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: st
         for name in _families(family):
             config = job.pass_config(is_hr_pass, name)
             assert config is not None  # (the hires pass is off: no line)
-            text = _levels_text(name, size, config, unit=True)
+            text = _family_text(name, size, config, unit=True)
             nothing = "no merging" if config.is_noop else "no attention at these levels"
             parts.append(f"{FAMILY_LABELS[name]}: {text or nothing}")
         return "; ".join(parts)
@@ -579,7 +696,7 @@ def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: st
     if config.is_noop:
         return "no merging"
     if family is not None:
-        return _levels_text(family, size, config, unit=True) or "no attention at these levels"
+        return _family_text(family, size, config, unit=True) or "no attention at these levels"
     text = _levels_text("sd", size, config, unit=True)
     if config.max_downsample == "auto":
         text += f" (SDXL: {_levels_text('sdxl', size, config, unit=False)})"
@@ -597,7 +714,9 @@ def token_hint_title() -> str:
         "Image tokens per attention layer, before and after merging, at the size set above (latent = pixels / 8;"
         ' level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max downsample "auto" ToMe'
         f" merges {' and '.join(autos)}. Shown for Custom settings, counted for the loaded model's family (SD1/SD2"
-        " and SDXL while none is loaded); a preset's are in the tooltip of the line above."
+        " and SDXL while none is loaded); a preset's are in the tooltip of the line above. On a diffusion transformer"
+        f" (Flux, Wan, ...): the image's tokens (pixels / {DIT_PIXELS_PER_TOKEN} per side) and the keys/values each"
+        " reduced block attends to; text and reference tokens are kept whole."
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .dit import build_dit
 from .patcher import (
     APPLY_MODEL,
     OUTER_SAMPLE,
@@ -38,71 +39,171 @@ class Flux:
     pass
 
 
+class FluxSchnell(Flux):
+    pass
+
+
+class Chroma:
+    pass
+
+
+class WAN21_T2V:
+    pass
+
+
+class WAN21_I2V(WAN21_T2V):
+    pass
+
+
+class WAN22_T2V(WAN21_T2V):
+    pass
+
+
+class HiDream:
+    pass
+
+
+class SD3:
+    pass
+
+
+class LatentFormat:
+    """`comfy.latent_formats`: the model's latent format (`BaseModel.latent_format`), by class name: SD15 and SDXL
+    (4 channels), Flux (16), Wan21 (16, video), Wan22 (48, video, 16x spatial downscale)."""
+
+
+def latent_format(name: str) -> LatentFormat:
+    return type(name, (LatentFormat,), {})()
+
+
+#: name -> (model config, diffusion model kind, latent format, the model's timestep per sigma); the diffusion
+#: transformers are tests/comfy_stub/dit.py's.
+DITS: dict[str, tuple[type, str, str, float]] = {
+    "flux": (Flux, "flux", "Flux", 1 / 8),  # a flow model: timestep = sigma (the stand-in's sigmas reach 8)
+    "flux-schnell": (FluxSchnell, "flux", "Flux", 1 / 8),
+    "chroma": (Chroma, "chroma", "Flux", 1 / 8),
+    "wan": (WAN21_T2V, "wan", "Wan21", 1000 / 8),  # Wan: timestep = 1000 * sigma
+    "wan-i2v": (WAN21_I2V, "wan", "Wan21", 1000 / 8),
+    "wan22": (WAN22_T2V, "wan", "Wan22", 1000 / 8),
+    "hidream": (HiDream, "unknown", "Flux", 1 / 8),
+    "sd3": (SD3, "unknown", "SD3", 1000 / 8),
+}
+
+
 class BaseModel(nn.Module):
     """`model_base.BaseModel`: `.diffusion_model`, `.model_config`, and `apply_model`, which runs the APPLY_MODEL
     wrappers (this model as their `class_obj`) around `_apply_model`, which calls the diffusion model with
     `(x, t, context=..., control=..., transformer_options=...)`: the attribute, read at call time."""
 
-    def __init__(self, diffusion_model: nn.Module, model_config: Any) -> None:
+    def __init__(
+        self,
+        diffusion_model: nn.Module,
+        model_config: Any,
+        latent: LatentFormat | None = None,
+        timestep_per_sigma: float | None = None,
+    ) -> None:
         super().__init__()
         self.diffusion_model = diffusion_model
         self.model_config = model_config
+        self.latent_format = latent if latent is not None else latent_format(type(model_config).__name__)
+        self.timestep_per_sigma = timestep_per_sigma
 
     def apply_model(
-        self, x: torch.Tensor, t: torch.Tensor, c_crossattn: torch.Tensor, transformer_options: dict[str, Any]
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        c_crossattn: torch.Tensor,
+        transformer_options: dict[str, Any],
+        **extra_conds: Any,
     ) -> torch.Tensor:
         wrappers = get_all_wrappers(APPLY_MODEL, transformer_options)
-        return WrapperExecutor(self._apply_model, self, wrappers).execute(x, t, c_crossattn, transformer_options)
+        return WrapperExecutor(self._apply_model, self, wrappers).execute(
+            x, t, c_crossattn, transformer_options, **extra_conds
+        )
 
     def _apply_model(
-        self, x: torch.Tensor, t: torch.Tensor, c_crossattn: torch.Tensor, transformer_options: dict[str, Any]
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        c_crossattn: torch.Tensor,
+        transformer_options: dict[str, Any],
+        **extra_conds: Any,
     ) -> torch.Tensor:
-        sigma = t
-        timestep = (sigma * 100).clamp(max=999)  # the model's timestep from sigma (a monotone map)
+        sigma = t.reshape(-1, *([1] * (x.dim() - 1)))
+        if self.timestep_per_sigma is None:
+            timestep = (t * 100).clamp(max=999)  # the model's timestep from sigma (a monotone map)
+        else:
+            timestep = t * self.timestep_per_sigma
         eps = self.diffusion_model(
-            x / (sigma.reshape(-1, 1, 1, 1) ** 2 + 1) ** 0.5,
+            x / (sigma**2 + 1) ** 0.5,
             timestep,
             context=c_crossattn,
             control=None,
             transformer_options=transformer_options,
+            **extra_conds,
         )
-        return x - eps * sigma.reshape(-1, 1, 1, 1)
+        return x - eps * sigma
 
 
 def load_checkpoint(family: str, seed: int = 0) -> ModelPatcher:
-    """What CheckpointLoaderSimple returns as MODEL: a ModelPatcher around a BaseModel."""
-    if family == "flux":
+    """What CheckpointLoaderSimple (or UNETLoader, for a DiT) returns as MODEL: a ModelPatcher around a BaseModel.
+    "sd", "sdxl", "ssd1b": the stand-in UNets; the `DITS` names: the stand-in diffusion transformers; "dit": a
+    model with neither (the UNet-less module, under ComfyUI's Flux config)."""
+    if family == "dit":
         return ModelPatcher(BaseModel(DiT(), Flux()))
+    if family in DITS:
+        config, kind, latent, per_sigma = DITS[family]
+        return ModelPatcher(BaseModel(build_dit(kind, seed), config(), latent_format(latent), per_sigma))
     config = {"sd": SD15(), "sdxl": SDXL(), "ssd1b": SSD1B()}[family]
     return ModelPatcher(BaseModel(build_unet("sd" if family == "sd" else "sdxl", seed), config))
 
 
 def calc_cond_batch(
-    model: BaseModel, conds: list[torch.Tensor], x: torch.Tensor, sigma: torch.Tensor, model_options: dict[str, Any]
+    model: BaseModel,
+    conds: list[torch.Tensor],
+    x: torch.Tensor,
+    sigma: torch.Tensor,
+    model_options: dict[str, Any],
+    extra_conds: dict[str, Any] | None = None,
 ) -> list[torch.Tensor]:
     """`samplers._calc_cond_batch`: one batched UNet call for the conds; a fresh transformer_options per call,
-    merged from the options' own, with `cond_or_uncond` and `sigmas` (the current sigma tensor) added."""
+    merged from the options' own, with `cond_or_uncond` and `sigmas` (the current sigma tensor) added. Extra conds
+    (Kontext's `ref_latents`: a list of latents) are repeated for each cond of the batch."""
     transformer_options: dict[str, Any] = {}
     merge_nested_dicts(transformer_options, copy_nested_dicts(model_options.get("transformer_options", {})))
     transformer_options["cond_or_uncond"] = list(range(len(conds)))
     transformer_options["sigmas"] = sigma
+    transformer_options["uuids"] = list(range(len(conds)))
     batch = torch.cat([x] * len(conds))
-    out = model.apply_model(batch, torch.cat([sigma] * len(conds)), torch.cat(conds), transformer_options)
+    extra = {
+        name: [torch.cat([t] * len(conds)) for t in value] if isinstance(value, list) else value
+        for name, value in (extra_conds or {}).items()
+    }
+    out = model.apply_model(batch, torch.cat([sigma] * len(conds)), torch.cat(conds), transformer_options, **extra)
     return list(out.chunk(len(conds)))
 
 
 class CFGGuider:
-    def __init__(self, model_patcher: ModelPatcher, positive: torch.Tensor, negative: torch.Tensor, cfg: float) -> None:
+    def __init__(
+        self,
+        model_patcher: ModelPatcher,
+        positive: torch.Tensor,
+        negative: torch.Tensor,
+        cfg: float,
+        extra_conds: dict[str, Any] | None = None,
+    ) -> None:
         self.model_patcher = model_patcher
         self.model_options = model_patcher.model_options
         self.conds = {"positive": positive, "negative": negative}
         self.cfg = cfg
+        self.extra_conds = extra_conds
 
     def predict_noise(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict[str, Any]) -> torch.Tensor:
         """`sampling_function`: cond and uncond in one call, CFG, then the post-CFG functions (PAG runs its extra
         UNet call there, with its own attn1 replacement in a copy of the options)."""
         model = self.inner_model
-        cond, uncond = calc_cond_batch(model, [self.conds["positive"], self.conds["negative"]], x, sigma, model_options)
+        conds = [self.conds["positive"], self.conds["negative"]]
+        cond, uncond = calc_cond_batch(model, conds, x, sigma, model_options, self.extra_conds)
         denoised = uncond + (cond - uncond) * self.cfg
         for fn in model_options.get("sampler_post_cfg_function", []):
             denoised = fn(
@@ -198,15 +299,19 @@ def sample(
     denoise: float = 1.0,
     latent: torch.Tensor | None = None,
     callback: Callable[..., Any] | None = None,
+    frames: int | None = None,
+    **extra_conds: Any,
 ) -> torch.Tensor:
-    """What KSampler does: noise from the seed (its own generator), sigmas for `steps`, CFG guider, Euler."""
+    """What KSampler does: noise from the seed (its own generator), sigmas for `steps`, CFG guider, Euler. `frames`:
+    a video latent [1, 4, frames, size, size]; `extra_conds` reach the diffusion model as keywords (`ref_latents`)."""
     generator = torch.Generator().manual_seed(seed)
-    shape = (1, 4, size, size) if latent is None else tuple(latent.shape)
+    image = (1, 4, size, size) if frames is None else (1, 4, frames, size, size)
+    shape = image if latent is None else tuple(latent.shape)
     noise = torch.randn(shape, generator=generator)
     full = [*torch.linspace(8.0, 0.1, round(steps / denoise)).tolist(), 0.0]
     sigmas = torch.tensor(full[-(steps + 1) :])
     cond = torch.randn(1, 5, CONTEXT_DIM, generator=generator)
     uncond = torch.zeros(1, 5, CONTEXT_DIM)
-    guider = CFGGuider(model, cond, uncond, cfg)
+    guider = CFGGuider(model, cond, uncond, cfg, extra_conds)
     with torch.no_grad():
         return guider.sample(noise, latent if latent is not None else torch.zeros(shape), euler, sigmas, callback, seed)

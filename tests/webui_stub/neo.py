@@ -13,7 +13,17 @@ Forge 2, modelled here:
   built-in off must keep it.
 * Engines (`backend/diffusion_engine/`): `StableDiffusion` and `StableDiffusionXL` hold an ldm UNet; the others hold
   a transformer as `forge_objects.unet.model.diffusion_model` (Flux, Flux2, Chroma, Lumina2, ZImage, Anima, Wan,
-  QwenImage; `is_wan` on Wan, QwenImage and Anima). Neo loads no SD2.x checkpoint.
+  QwenImage; `is_wan` on Wan, QwenImage and Anima, which take the Wan VAE's 5-D latent). Each holds a tiny
+  transformer of the class Neo's loader builds for it (`backend/loader.py`; `webui_stub/backend/nn/`): Flux and Flux2
+  `IntegratedFluxTransformer2DModel`, Chroma `IntegratedChromaTransformer2DModel`, Wan `WanModel`, QwenImage
+  `QwenImageTransformer2DModel`, Lumina2 and ZImage `NextDiT`, Anima `Anima`. Their attention goes through
+  `backend.attention.attention_function` (PyTorch's SDPA here; a test may pick the basic einsum one, a CPU's default).
+  Neo loads no SD2.x checkpoint.
+* The sampler calls the patcher's `model_options["model_function_wrapper"]` around the model when one is set
+  (`backend/sampling`, as ComfyUI): Neo's `Spectrum Integrated` (in Haoming02's `neo` branch after 3df257ae,
+  `extensions-builtin/sd_forge_spectrum`) sets one on a clone of the patcher in its `process_before_every_sampling`
+  and, on the steps it forecasts, returns an extrapolation of earlier outputs without calling the model.
+  `SpectrumForForge` here does the same with a simple linear forecast (written here, not Neo's forecaster).
 * The built-in `Torch Compile Integrated` (`extensions-builtin/sd_forge_compile/scripts/compile.py`, loaded before
   every user extension): `before_process_batch` puts the plain module back at `kmodel.diffusion_model` (for LoRA);
   `process_batch` puts `torch.compile(module, **config)` there (Neo's three configs, its guard filter included),
@@ -56,27 +66,51 @@ class StableDiffusionXL(StableDiffusion):
         super().__init__(diffusion_model, is_sdxl=True)
 
 
+def _seeded(build: Any) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build().eval()
+
+
 class Flux(StableDiffusion):
-    """A transformer model: no UNet. `model_type` as Neo's huggingface_guess model list gives it."""
+    """A transformer model, no UNet: the tiny transformer of the class Neo's loader builds for the engine.
+    `model_type` as Neo's huggingface_guess model list gives it."""
 
     model_type = "FLUX"
     wan = False  # `is_wan`: the model uses the Wan VAE (5-D latents)
+    frames: int | None = None  # latent frames of a 5-D latent ([B, C, T, H, W]); None: [B, C, H, W]
+
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.flux import IntegratedFluxTransformer2DModel
+
+        return IntegratedFluxTransformer2DModel()
 
     def __init__(self) -> None:
-        super().__init__(forge.NotAUNet())
+        super().__init__(_seeded(self.transformer))
         self.is_wan = self.wan
 
 
 class Flux2(Flux):
-    pass
+    pass  # Neo builds Flux.2 (Klein) with its Flux.1 class
 
 
 class Chroma(Flux):
-    pass
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.chroma import IntegratedChromaTransformer2DModel
+
+        return IntegratedChromaTransformer2DModel()
 
 
 class Lumina2(Flux):
     model_type = "FLOW"
+
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.lumina import NextDiT
+
+        return NextDiT()
 
 
 class ZImage(Lumina2):
@@ -86,18 +120,41 @@ class ZImage(Lumina2):
 class Wan(Flux):
     model_type = "FLOW"
     wan = True
+    frames = 3
+
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.wan import WanModel
+
+        return WanModel()
 
 
 class QwenImage(Wan):
-    pass
+    frames = 1
+
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.qwen import QwenImageTransformer2DModel
+
+        return QwenImageTransformer2DModel()
 
 
 class Anima(Flux):
     model_type = "EPS"  # no override in the model list: the base class's EPS, so the epsilon scaling applies
     wan = True
+    frames = 1
+
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.anima import Anima as AnimaTransformer
+
+        return AnimaTransformer()
 
 
 TRANSFORMER_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Lumina2, ZImage, Anima, Wan, QwenImage)
+#: The engines whose transformer `tome_core` reduces (its Forge Neo layouts), and those it names and leaves alone.
+REDUCED_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Wan, QwenImage)
+UNHANDLED_ENGINES: tuple[type[Flux], ...] = (Lumina2, ZImage, Anima)
 
 
 class EpsilonScaling:
@@ -201,22 +258,78 @@ class TorchCompileForForge(scripts.Script):
         del kmodel._compile_config, kmodel._compiled_backup, kmodel._model_backup
 
 
+# ---------------------------------------------------------------------------------------------- Spectrum
+
+
+SPECTRUM_TITLE = "Spectrum Integrated"
+WRAPPER = "model_function_wrapper"
+
+
+class SpectrumForForge(scripts.Script):
+    """A step cache shaped like Neo's `Spectrum Integrated`: in `process_before_every_sampling` (a built-in, so before
+    ours) it clones the patcher and sets a `model_function_wrapper` that runs the model for the first `warmup` steps
+    and then every `window`-th step, and on the others returns a forecast (here: the last output plus the last
+    change) without calling the model. Args: `[enable, window, warmup]`. `calls` counts the model calls it let
+    through, `forecasts` the steps it answered itself."""
+
+    calls = 0
+    forecasts = 0
+
+    def title(self) -> str:
+        return SPECTRUM_TITLE
+
+    def show(self, is_img2img: bool) -> Any:
+        return scripts.AlwaysVisible
+
+    def process_before_every_sampling(
+        self, p: Any, enable: bool = False, window: int = 2, warmup: int = 1, *args: Any, **kwargs: Any
+    ) -> None:
+        if not enable:
+            return
+        script = self
+        seen: list[float] = []
+        outputs: list[torch.Tensor] = []
+
+        def spectrum_unet_wrapper(model_function: Any, call: dict[str, Any]) -> torch.Tensor:
+            x, t = call["input"], call["timestep"]
+            step = float(t.reshape(-1)[0])
+            if not seen or step != seen[-1]:
+                seen.append(step)
+            index = len(seen) - 1
+            if index < warmup or (index - warmup) % window == window - 1 or len(outputs) < 2:
+                out = model_function(x, t, **call["c"])
+                outputs[:] = [*outputs[-1:], out]
+                type(script).calls += 1
+                return out
+            type(script).forecasts += 1
+            return outputs[-1] + (outputs[-1] - outputs[-2])
+
+        clone = p.sd_model.forge_objects.unet.clone()
+        clone.model_options[WRAPPER] = spectrum_unet_wrapper
+        p.sd_model.forge_objects.unet = clone
+
+
 class NeoWebUI(forge.ForgeWebUI):
-    """The Forge stand-in with Neo's built-ins loaded before the extension, as `extensions-builtin/` is."""
+    """The Forge stand-in with Neo's built-ins loaded before the extension, as `extensions-builtin/` is: Torch
+    Compile Integrated, and a Spectrum-like step cache."""
 
     def __init__(self, engine: Any, *, extension: bool = True, lazy: bool = True) -> None:
         harness.reset()
         self.graphs = harness.GraphCounter()  # the graphs Torch Compile Integrated's wrappers compiled
         compile_script = type(TorchCompileForForge.__name__, (TorchCompileForForge,), {"backend": self.graphs})
+        self.spectrum = type(SpectrumForForge.__name__, (SpectrumForForge,), {"calls": 0, "forecasts": 0})
         scripts.scripts_data.append(scripts.ScriptClassData(compile_script, "compile.py", "", None))
+        scripts.scripts_data.append(scripts.ScriptClassData(self.spectrum, "spectrum.py", "", None))
         self.engine = engine
         self.module = harness.load_extension() if extension else None
         self.runners = {}
         for tab, is_img2img in (("txt2img", False), ("img2img", True)):
             runner = scripts.ScriptRunner()
             runner.initialize_scripts(is_img2img)
-            counts = {COMPILE_TITLE: 1, TITLE: len(IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES)}
-            runner.setup_without_ui(counts if extension else {COMPILE_TITLE: 1})
+            counts = {COMPILE_TITLE: 1, SPECTRUM_TITLE: 3, TITLE: len(IMG2IMG_ARG_NAMES if is_img2img else ARG_NAMES)}
+            if not extension:
+                del counts[TITLE]
+            runner.setup_without_ui(counts)
             self.runners[tab] = runner
         if lazy:
             sd_models.model_data.sd_model = forge.FakeInitialModel()
@@ -229,17 +342,20 @@ class NeoWebUI(forge.ForgeWebUI):
         tome: Any = None,
         sampler: forge.ForgeSampler | None = None,
         compile_preset: str = "Automatic",
+        spectrum: tuple[bool, int, int] = (False, 2, 1),
         **kwargs: Any,
     ) -> Any:
         p = super().make_p(tab, tome, sampler or NeoSampler(), **kwargs)
-        p.script_args = (p.script_args[0], compile_preset, *p.script_args[1:])
+        p.script_args = (p.script_args[0], compile_preset, *spectrum, *p.script_args[1:])
         return p
 
 
 @dataclass
 class NeoSampler(forge.ForgeSampler):
     """Forge's stand-in sampler, calling what Neo calls: `kmodel.diffusion_model`, a `torch.compile` wrapper while
-    Torch Compile Integrated is on (traced by dynamo for real, with the stand-in's counting backend)."""
+    Torch Compile Integrated is on (traced by dynamo for real, with the stand-in's counting backend), through the
+    patcher's `model_function_wrapper` when one is set (Spectrum). The latent is 5-D for the engines on the Wan VAE
+    (`Flux.frames`). Records the config ToMe put on the model, UNet or transformer."""
 
     def sample(self, p: Any, pass_name: str, steps: int) -> torch.Tensor:
         engine = p.sd_model
@@ -247,7 +363,8 @@ class NeoSampler(forge.ForgeSampler):
             engine.forge_objects.unet = self.other_extension(engine.forge_objects.unet)
         size = 2 * self.latent if pass_name == "hires" else self.latent
         g = torch.Generator().manual_seed(1234 + p.iteration)
-        x = torch.randn(2, 4, size, size, generator=g)
+        frames = getattr(engine, "frames", None)
+        x = torch.randn(2, 4, *(() if frames is None else (frames,)), size, size, generator=g)
         context = torch.randn(2, forge.CONTEXT_TOKENS, forge.CONTEXT_DIM, generator=g)
         for step in range(steps):
             script_callbacks.cfg_denoiser_callback(
@@ -257,9 +374,21 @@ class NeoSampler(forge.ForgeSampler):
             module = patcher.model.diffusion_model
             options = copy.copy(patcher.model_options.get("transformer_options", {}))
             t = torch.full((2,), 999.0 * (1 - step / steps))
+            wrapper = patcher.model_options.get(WRAPPER)
+            if self.fail_at == (pass_name, step):
+                raise RuntimeError(f"sampler failed in the {pass_name} pass")
             with torch.no_grad():
-                x = module(x, t, context=context, transformer_options=options)
-            unet = getattr(module, "_orig_mod", module)
-            config = tome_core.get_config(unet) if isinstance(unet, forge.ForgeUNet) else None
+                if wrapper is None:
+                    x = module(x, t, context=context, transformer_options=options)
+                else:
+                    call = {"input": x, "timestep": t, "c": {"context": context, "transformer_options": options}}
+                    x = wrapper(lambda x, t, module=module, **c: module(x, t, **c), call)
+            inner = getattr(module, "_orig_mod", module)
+            config = tome_core.get_config(inner) if hosts_patch(inner) else None
             self.records.append(forge.Sampled(pass_name, p.iteration, config, forge.builtin_patched(engine), x.clone()))
         return x
+
+
+def hosts_patch(module: nn.Module) -> bool:
+    """Whether `tome_core` patches this module (a UNet, or a transformer of a family it reduces)."""
+    return isinstance(module, forge.ForgeUNet) or tome_core.find_layout(module) is not None

@@ -3,7 +3,9 @@
 * `Pipeline`: the loaded model, a diffusers-pipeline-like object (class name `DiffusionPipeline`: scheduler,
   `components`, `.unet`, a tiny real diffusers `UNet2DConditionModel`); calling it runs `steps` UNet evaluations
   (cond and uncond in one batch) and fires `on_step_end` after each, like SD.Next's `diffusers_callback` (which
-  raises to interrupt). `TransformerPipeline` has `.transformer` and no UNet (Flux, Qwen-Image).
+  raises to interrupt). `TransformerPipeline` has `.transformer` and no UNet, of a class ToMe does not reduce;
+  `FluxPipeline` holds a tiny real diffusers `FluxTransformer2DModel` (`tests/dit_models.py`), called with packed
+  tokens and position ids as diffusers' Flux pipeline calls it.
 * The built-in token merging of `modules/token_merge.py`: `process_pre` applies it from the settings alone
   (`token_merging_method` "ToMe"/"ToDo", `tome_ratio`/`todo_ratio`; `p` is not passed), `process_post` removes it;
   ToDo swaps every `attn1.processor` and its removal resets every attention processor to `AttnProcessor2_0`
@@ -159,6 +161,47 @@ class TransformerPipeline(DiffusionPipeline):
         x = torch.zeros(1, 4, size, size)
         for step in range(steps):
             x = x + self.transformer(x.transpose(1, -1)).transpose(1, -1)
+            on_step_end(p, pass_name, step)
+        return x
+
+
+class FluxPipeline(DiffusionPipeline):
+    """Flux.1 in diffusers: a transformer over packed tokens (a `size` x `size` grid of them; the hires pass's is
+    twice as wide), the text first, the grid read from `img_ids`; `img2img()` shares the transformer."""
+
+    def __init__(self, transformer: nn.Module | None = None, *, task: str = "txt2img") -> None:
+        import dit_models
+
+        super().__init__(transformer=transformer if transformer is not None else dit_models.flux().build())
+        self.name = "base"
+        self.task = task
+        self.applied_tome = 0
+        self.applied_todo = 0
+
+    def img2img(self) -> FluxPipeline:
+        return FluxPipeline(self.transformer, task="img2img")
+
+    def __call__(self, p: Any, pass_name: str, steps: int, size: int, calls: list[Call]) -> torch.Tensor:
+        import dit_models
+
+        g = torch.Generator().manual_seed(1234 + p.iteration)
+        x = torch.randn(2, size * size, 16, generator=g)
+        text = torch.randn(2, dit_models.TEXT, 32, generator=g)
+        pooled = torch.randn(2, 16, generator=g)
+        self.scheduler.timesteps = torch.linspace(1, 0, steps + 1)[:-1]
+        for step in range(steps):
+            self.scheduler.step_index = step
+            with torch.no_grad():
+                x = self.transformer(
+                    hidden_states=x,
+                    encoder_hidden_states=text,
+                    pooled_projections=pooled,
+                    timestep=torch.full((2,), float(self.scheduler.timesteps[step])),
+                    img_ids=dit_models._ids(size, size),
+                    txt_ids=torch.zeros(dit_models.TEXT, 3),
+                    return_dict=False,
+                )[0]
+            calls.append(Call(pass_name, p.iteration, self.name, tome_core.get_config(self.transformer), False, x))
             on_step_end(p, pass_name, step)
         return x
 

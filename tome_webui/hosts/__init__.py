@@ -1,19 +1,24 @@
-"""Host adapters: where each A1111-style WebUI keeps the UNet and its own token merging.
+"""Host adapters: where each A1111-style WebUI keeps the model ToMe patches and its own token merging.
 
 One lifecycle (`tome_webui.lifecycle`) drives every host; what differs between hosts is only how a model object
-reaches its UNet module and how the host's built-in token merging shows on it:
+reaches the module ToMe patches (its UNet, or its diffusion transformer where `tome_core` reduces one) and how the
+host's built-in token merging shows on it:
 
 * `a1111`: AUTOMATIC1111 1.6-1.10 (and SD.Next's original backend): the UNet at `sd_model.model.diffusion_model`;
   the built-in is tomesd, recorded as `sd_model.applied_token_merged_ratio`.
-* `sdnext`: SD.Next: a diffusers pipeline with the UNet at `pipeline.unet`; the built-in is tomesd or ToDo, chosen by
-  the `token_merging_method` setting. SD.Next fires no per-step script callback, so its adapter watches the UNet's
+* `sdnext`: SD.Next: a diffusers pipeline with the UNet at `pipeline.unet`, or a diffusion transformer (Flux, Wan,
+  Qwen-Image, SD3.5) at `pipeline.transformer`; the built-in is tomesd or ToDo, chosen by the
+  `token_merging_method` setting. SD.Next fires no per-step script callback, so its adapter watches the model's
   calls (`watch`) to see the passes after the first.
-* `forge`: Forge 2 (`backend/`, `sd_model.forge_objects.unet.model.diffusion_model`), and the forks on Forge 1's
-  `ldm_patched` (reForge, Forge Classic), whose models carry `forge_objects` too. The built-in is a pair of
-  attn1 patches of a `TomePatcher` in the UNet patcher's `model_options`, added afresh before every sampling.
+* `forge`: Forge 2 and Forge Neo (`backend/`, `sd_model.forge_objects.unet.model.diffusion_model`: a UNet, or one of
+  Neo's diffusion transformers), and the forks on Forge 1's `ldm_patched` (reForge, Forge Classic), whose models carry
+  `forge_objects` too. The built-in is a pair of attn1 patches of a `TomePatcher` in the UNet patcher's
+  `model_options`, added afresh before every sampling.
 
 `host_of(model)` picks the adapter from the model object itself, so a process that mixes models (a refiner, a
-hires checkpoint) is handled per model. The algorithm never lives here: adapters hand a UNet module to `tome_core`.
+hires checkpoint) is handled per model. The algorithm never lives here: adapters hand a module to `tome_core`.
+A model whose module ToMe does not patch (a diffusion transformer of no family `tome_core` reduces) gets the core's
+words naming its class (`not_patched`), never a silent no-op.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, Protocol
 from torch import nn
 
 from tome_webui.hosts import a1111, forge, sdnext
+from tome_webui.hosts.common import not_handled, patchable, short_reason
 
 
 class Removable(Protocol):
@@ -37,7 +43,17 @@ class Host(Protocol):
     name: str
 
     def unet(self, model: Any) -> nn.Module | None:
-        """The model's UNet module, or None when it has none (Flux, SD3, a placeholder)."""
+        """The module ToMe patches in `model`: its UNet, or its diffusion transformer where `tome_core` reduces that
+        family (a torch.compile wrapper around either as the host keeps it: the core patches the module it wraps);
+        None when there is none (a transformer of another family, a placeholder)."""
+
+    def not_patched(self, model: Any) -> str:
+        """Why `model` has no module ToMe patches: the core's message naming the class and what ToMe patches
+        (`common.short_reason` keeps the part naming the class, for the note)."""
+
+    def family(self, model: Any, module: nn.Module) -> str:
+        """The family presets resolve for on `module` (`unet(model)`): `tome_core.model_family`, unless the host
+        knows better (Forge Neo builds Flux.2 with its Flux.1 class)."""
 
     def is_placeholder(self, model: Any) -> bool:
         """Whether `model` stands in for a model not loaded yet (no error is reported for it)."""
@@ -64,8 +80,19 @@ def host_of(model: Any) -> Host:
 
 
 def unet_of(model: Any) -> nn.Module | None:
-    """The UNet module of a model object of any host, or None."""
+    """The module ToMe patches in a model object of any host (a UNet or a diffusion transformer), or None."""
     return None if model is None else host_of(model).unet(model)
 
 
-__all__ = ["Host", "Removable", "a1111", "forge", "host_of", "sdnext", "unet_of"]
+__all__ = [
+    "Host",
+    "Removable",
+    "a1111",
+    "forge",
+    "host_of",
+    "not_handled",
+    "patchable",
+    "sdnext",
+    "short_reason",
+    "unet_of",
+]

@@ -10,6 +10,7 @@ from torch import nn
 
 import tome_core
 from tome_webui import compat
+from tome_webui.hosts.common import not_handled
 
 log = logging.getLogger("tome")
 
@@ -19,9 +20,15 @@ class A1111Host:
 
     def unet(self, model: Any) -> nn.Module | None:
         try:
-            return tome_core.find_unet(model)
+            return tome_core.find_model(model)
         except TypeError:  # SD3's MMDiT, a placeholder: nothing to patch, which the lifecycle reports
             return None
+
+    def not_patched(self, model: Any) -> str:
+        return not_handled(getattr(getattr(model, "model", None), "diffusion_model", None), model)
+
+    def family(self, model: Any, module: nn.Module) -> str:
+        return tome_core.model_family(module)
 
     def is_placeholder(self, model: Any) -> bool:
         return model is None

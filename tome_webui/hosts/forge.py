@@ -1,9 +1,15 @@
-"""Forge 2 (`backend/`) and the Forge 1 forks (reForge, Forge Classic): models that carry `forge_objects`.
+"""Forge 2 and Forge Neo (`backend/`) and the Forge 1 forks (reForge, Forge Classic): models that carry
+`forge_objects`.
 
-The UNet module is `sd_model.forge_objects.unet.model.diffusion_model` (in Forge 2 the engine has no `.model`;
-in the Forge 1 forks `.model.diffusion_model` is the same module). It is one module instance for every
-generation until a checkpoint change builds a new one, and it is called with `transformer_options`, which our
-forward hooks ignore.
+The module ToMe patches is `sd_model.forge_objects.unet.model.diffusion_model` (in Forge 2 the engine has no
+`.model`; in the Forge 1 forks `.model.diffusion_model` is the same module): a UNet, or in Forge Neo a diffusion
+transformer (`backend.nn.flux.IntegratedFluxTransformer2DModel` for Flux.1, Flux.2 and their variants,
+`backend.nn.chroma.IntegratedChromaTransformer2DModel`, `backend.nn.wan.WanModel`,
+`backend.nn.qwen.QwenImageTransformer2DModel`, each reduced by `tome_core`; Neo's Lumina 2 / Z-Image `NextDiT` and
+`Anima` are not, and get the core's words naming the class). It is one module instance for every generation until a
+checkpoint change builds a new one, and it is called with `transformer_options`, which our forward hooks ignore.
+Where Neo's Torch Compile Integrated has put a `torch.compile` wrapper there, the wrapper is handed to `tome_core`,
+which patches the module it runs.
 
 `forge_objects.unet` is a patcher (ComfyUI's ModelPatcher) that the host resets before every sampling. The
 built-in token merging adds `TomePatcher` functions as attn1 patches to it; they are taken off by replacing
@@ -17,12 +23,17 @@ from typing import Any
 
 from torch import nn
 
+import tome_core
 from tome_webui.hosts import a1111
+from tome_webui.hosts.common import not_handled, patchable
 
 #: Class names of the object Forge 2 holds as `sd_model` before the first checkpoint is loaded.
 PLACEHOLDERS: frozenset[str] = frozenset({"FakeInitialModel"})
 #: The built-in's patch functions are closures defined in `TomePatcher.patch`.
 BUILTIN_QUALNAME_PREFIX = "TomePatcher."
+#: Forge Neo's engines whose transformer class serves another family than its own: Neo builds Flux.2 (Klein) with
+#: its Flux.1 class (`backend/loader.py`: "Flux2Transformer2DModel" -> `IntegratedFluxTransformer2DModel`).
+ENGINE_FAMILIES: dict[str, str] = {"Flux2": "flux2"}
 
 
 def owns(model: Any) -> bool:
@@ -31,6 +42,10 @@ def owns(model: Any) -> bool:
 
 def _patcher(model: Any) -> Any:
     return getattr(getattr(model, "forge_objects", None), "unet", None)
+
+
+def _diffusion_model(model: Any) -> Any:
+    return getattr(getattr(_patcher(model), "model", None), "diffusion_model", None)
 
 
 def _patches(patcher: Any) -> dict[str, list[Any]]:
@@ -46,10 +61,15 @@ class ForgeHost:
     name = "forge"
 
     def unet(self, model: Any) -> nn.Module | None:
-        inner = getattr(getattr(_patcher(model), "model", None), "diffusion_model", None)
-        if isinstance(inner, nn.Module) and any(hasattr(inner, n) for n in ("input_blocks", "down_blocks")):
-            return inner
-        return None  # Flux, Chroma, SD3: a transformer, no UNet
+        inner = _diffusion_model(model)
+        return inner if patchable(inner) else None  # None: a transformer of no family ToMe reduces
+
+    def not_patched(self, model: Any) -> str:
+        return not_handled(_diffusion_model(model), model)
+
+    def family(self, model: Any, module: nn.Module) -> str:
+        family = tome_core.model_family(module)
+        return ENGINE_FAMILIES.get(type(model).__name__, family) if family == "flux" else family
 
     def is_placeholder(self, model: Any) -> bool:
         return type(model).__name__ in PLACEHOLDERS

@@ -1,10 +1,12 @@
-"""SD.Next (vladmandic/sdnext): the loaded model is a diffusers pipeline, its UNet at `pipeline.unet`.
+"""SD.Next (vladmandic/sdnext): the loaded model is a diffusers pipeline, its UNet at `pipeline.unet` or its
+diffusion transformer at `pipeline.transformer`.
 
 What the lifecycle relies on (read from SD.Next master 058a7f0, see docs/hosts.md):
 
 * `shared.sd_model` is a diffusers pipeline; the hires pass runs the same UNet through an image-to-image pipeline
   made from it, the refiner is `shared.sd_refiner` with a UNet of its own. Pipelines without a UNet (Flux, SD3,
-  Qwen-Image: `.transformer`) have nothing for us to patch.
+  Qwen-Image, Wan: `.transformer`) are patched through that transformer where `tome_core` reduces its family
+  (diffusers' own classes, `tome_core.families`); another transformer gets the core's words naming its class.
 * Its ScriptRunner has neither `process_before_every_sampling` nor `before_hr`, and `on_cfg_denoiser` never fires
   on the diffusers path. The first pass is applied from `process_batch` (the lifecycle's path for hosts without the
   per-sampling hook); the passes after it are seen from the UNet itself: `watch` wraps its instance's `forward` to
@@ -24,7 +26,9 @@ from typing import Any
 
 from torch import nn
 
+import tome_core
 from tome_webui import compat
+from tome_webui.hosts.common import not_handled, patchable
 
 log = logging.getLogger("tome")
 
@@ -74,7 +78,16 @@ class SDNextHost:
         unet = getattr(model, "unet", None)
         if isinstance(unet, nn.Module) and hasattr(unet, "down_blocks"):
             return unet
-        return None  # a transformer pipeline (Flux, SD3, Qwen-Image), or none loaded
+        transformer = getattr(model, "transformer", None)
+        if isinstance(transformer, nn.Module) and patchable(transformer):
+            return transformer
+        return None  # a transformer of no family ToMe reduces, or none loaded
+
+    def not_patched(self, model: Any) -> str:
+        return not_handled(getattr(model, "transformer", None), model)
+
+    def family(self, model: Any, module: nn.Module) -> str:
+        return tome_core.model_family(module)
 
     def is_placeholder(self, model: Any) -> bool:
         return model is None

@@ -1,0 +1,472 @@
+"""Tiny diffusion transformers shaped like ComfyUI's Flux (comfy/ldm/flux/model.py, layers.py, math.py) and Wan 2.1
+(comfy/ldm/wan/model.py) at a125cd84, written from docs/comfyui-contract.md ("Diffusion transformers"), no ComfyUI
+code: the same class names, forward signatures, token order, `transformer_options` plumbing and attention call
+(`optimized_attention`, through a stand-in of `comfy.ldm.modules.attention.wrap_attn`).
+
+The classes say they live in ComfyUI's modules (`__module__`), because that is how `tome_core`'s layouts recognise a
+ComfyUI model (`tome_core.families.Layout.module`). Weights are seeded, so outputs are bitwise repeatable.
+
+    Flux     text tokens, then the image's patch tokens, then reference images' (`ref_latents`, Kontext); double
+             blocks attend over txt+img with `skip_reshape=True` ([B, H, L, D]), single blocks over the joint stream
+    WanModel video patch tokens alone in self-attention (`skip_reshape` unset: [B, L, H*D]), cross-attention to the
+             text through the same attention function, `time_dim_concat` frames appended
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .patcher import DIFFUSION_MODEL, WrapperExecutor, get_all_wrappers
+
+CONTEXT_DIM = 32  # the text conditioning's width (the tiny stand-in of T5's 4096)
+OVERRIDE = "optimized_attention_override"
+
+
+def wrap_attn(func: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`attention.wrap_attn`: an attention function called with `transformer_options` holding an override calls
+    `override(func, *args, **kwargs)` instead, with `_inside_attn_wrapper` set in kwargs so that the override's own
+    call of `func` runs the function itself."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> torch.Tensor:
+        inside = "_inside_attn_wrapper" in kwargs
+        try:
+            if not inside:
+                kwargs["_inside_attn_wrapper"] = True
+                options = kwargs.get("transformer_options")
+                if options is not None and OVERRIDE in options:
+                    return options[OVERRIDE](func, *args, **kwargs)
+            return func(*args, **kwargs)
+        finally:
+            if not inside:
+                del kwargs["_inside_attn_wrapper"]
+
+    return wrapper
+
+
+@wrap_attn
+def optimized_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None = None,
+    attn_precision: Any = None,
+    skip_reshape: bool = False,
+    skip_output_reshape: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`attention_pytorch`: q/k/v [B, H, L, D] with `skip_reshape`, else [B, L, H*D]; the output [B, L, H*D]."""
+    if not skip_reshape:
+        b, _, inner = q.shape
+        q, k, v = (t.reshape(b, t.shape[1], heads, inner // heads).transpose(1, 2) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.transpose(1, 2).flatten(2)
+
+
+def rope(ids: torch.Tensor, axes: tuple[int, ...], theta: float = 10000.0) -> torch.Tensor:
+    """`EmbedND`: per token rotation matrices [B, 1, L, D/2, 2, 2] from position ids [B, L, len(axes)]."""
+    parts = []
+    for axis, dim in enumerate(axes):
+        scale = torch.arange(0, dim, 2, dtype=torch.float64) / dim
+        angles = ids[..., axis : axis + 1].double() * (1.0 / theta**scale)
+        parts.append(angles)
+    angles = torch.cat(parts, dim=-1)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    return torch.stack([cos, -sin, sin, cos], dim=-1).reshape(*angles.shape, 2, 2).unsqueeze(1).float()
+
+
+def apply_rope(x: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs of channels of x [B, H, L, D] by pe [B, 1, L, D/2, 2, 2]."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 1, 2)
+    return (pe[..., 0] * pairs[..., 0] + pe[..., 1] * pairs[..., 1]).reshape(x.shape).type_as(x)
+
+
+def _seeded(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        module = build()
+    finally:
+        torch.set_rng_state(state)
+    return module.eval().requires_grad_(False)
+
+
+def _forward_through_wrappers(model: nn.Module, *args: Any) -> torch.Tensor:
+    """`forward` of ComfyUI's DiTs: the DIFFUSION_MODEL wrappers from `transformer_options` around `_forward`; the
+    options are the last positional argument."""
+    options = args[-1] if isinstance(args[-1], dict) else {}
+    return WrapperExecutor(model._forward, model, get_all_wrappers(DIFFUSION_MODEL, options)).execute(*args)
+
+
+# ---------------------------------------------------------------------------------------------- Flux
+
+
+def flux_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pe: torch.Tensor,
+    mask: Any = None,
+    transformer_options: Any = None,
+) -> torch.Tensor:
+    """`flux.math.attention`: rotary embedding on q and k, then the attention function with `skip_reshape=True`."""
+    q, k = apply_rope(q, pe), apply_rope(k, pe)
+    return optimized_attention(
+        q, k, v, q.shape[1], skip_reshape=True, mask=mask, transformer_options=transformer_options or {}
+    )
+
+
+class Modulation(nn.Module):
+    def __init__(self, dim: int, count: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, count * dim)
+        self.count = count
+
+    def forward(self, vec: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.lin(F.silu(vec))[:, None, :].chunk(self.count, dim=-1)
+
+
+class DoubleStreamBlock(nn.Module):
+    """Image and text streams with their own weights, one attention over cat(txt, img)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.img_mod, self.txt_mod = Modulation(dim, 6), Modulation(dim, 6)
+        self.img_qkv, self.txt_qkv = nn.Linear(dim, 3 * dim), nn.Linear(dim, 3 * dim)
+        self.img_proj, self.txt_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.img_mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+        self.txt_mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+
+    def _qkv(self, layer: nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(layer(x).view(x.shape[0], x.shape[1], 3, self.heads, -1).permute(2, 0, 3, 1, 4))
+
+    def forward(
+        self,
+        img: torch.Tensor,
+        txt: torch.Tensor,
+        vec: torch.Tensor,
+        pe: torch.Tensor,
+        attn_mask: Any = None,
+        transformer_options: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        i_shift, i_scale, i_gate, i_shift2, i_scale2, i_gate2 = self.img_mod(vec)
+        t_shift, t_scale, t_gate, t_shift2, t_scale2, t_gate2 = self.txt_mod(vec)
+        img_q, img_k, img_v = self._qkv(self.img_qkv, F.layer_norm(img, img.shape[-1:]) * (1 + i_scale) + i_shift)
+        txt_q, txt_k, txt_v = self._qkv(self.txt_qkv, F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale) + t_shift)
+        attn = flux_attention(
+            torch.cat((txt_q, img_q), dim=2),
+            torch.cat((txt_k, img_k), dim=2),
+            torch.cat((txt_v, img_v), dim=2),
+            pe=pe,
+            mask=attn_mask,
+            transformer_options=transformer_options,
+        )
+        txt_attn, img_attn = attn[:, : txt.shape[1]], attn[:, txt.shape[1] :]
+        img = img + i_gate * self.img_proj(img_attn)
+        img = img + i_gate2 * self.img_mlp(F.layer_norm(img, img.shape[-1:]) * (1 + i_scale2) + i_shift2)
+        txt = txt + t_gate * self.txt_proj(txt_attn)
+        txt = txt + t_gate2 * self.txt_mlp(F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale2) + t_shift2)
+        return img, txt
+
+
+class SingleStreamBlock(nn.Module):
+    """One stream of cat(txt, img): attention and MLP in parallel."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.modulation = Modulation(dim, 3)
+        self.linear1 = nn.Linear(dim, 3 * dim + 2 * dim)
+        self.linear2 = nn.Linear(dim + 2 * dim, dim)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        vec: torch.Tensor,
+        pe: torch.Tensor,
+        attn_mask: Any = None,
+        transformer_options: Any = None,
+    ) -> torch.Tensor:
+        shift, scale, gate = self.modulation(vec)
+        qkv, mlp = self.linear1(F.layer_norm(x, x.shape[-1:]) * (1 + scale) + shift).split(
+            [3 * self.dim, 2 * self.dim], -1
+        )
+        q, k, v = qkv.view(x.shape[0], x.shape[1], 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attn = flux_attention(q, k, v, pe=pe, mask=attn_mask, transformer_options=transformer_options)
+        return x + gate * self.linear2(torch.cat((attn, F.gelu(mlp, approximate="tanh")), 2))
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, scale: float = 1000.0) -> torch.Tensor:
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+    args = (t.float() * scale)[:, None] * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class _FluxLike(nn.Module):
+    """`comfy.ldm.flux.model.Flux` at a toy size: `forward(x, timestep, context, y, guidance, ref_latents, control,
+    transformer_options)`, patch size 2, text first, reference latents (Kontext) after the image. ComfyUI's Chroma
+    is a class of its own (not derived from Flux) with the same blocks and token order."""
+
+    def __init__(self, in_channels: int = 4, dim: int = 32, heads: int = 2, depth: int = 2, single: int = 2) -> None:
+        super().__init__()
+        self.patch_size = 2
+        self.in_channels = in_channels
+        self.axes = (4, 6, 6)  # rotary dims per id axis (index, row, column): head dim 16
+        self.img_in = nn.Linear(in_channels * 4, dim)
+        self.txt_in = nn.Linear(CONTEXT_DIM, dim)
+        self.time_in = nn.Linear(16, dim)
+        self.double_blocks = nn.ModuleList(DoubleStreamBlock(dim, heads) for _ in range(depth))
+        self.single_blocks = nn.ModuleList(SingleStreamBlock(dim, heads) for _ in range(single))
+        self.final_layer = nn.Linear(dim, in_channels * 4)
+
+    def process_img(self, x: torch.Tensor, index: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Patch tokens [B, h*w, C*4] (a ragged edge padded) and their ids (index, row, column)."""
+        b, c, h, w = x.shape
+        x = F.pad(x, (0, -w % 2, 0, -h % 2))
+        hp, wp = x.shape[-2] // 2, x.shape[-1] // 2
+        img = x.reshape(b, c, hp, 2, wp, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, hp * wp, c * 4)
+        ids = torch.zeros(hp, wp, 3)
+        ids[..., 0] = index
+        ids[..., 1] = torch.arange(hp, dtype=torch.float32)[:, None]
+        ids[..., 2] = torch.arange(wp, dtype=torch.float32)[None, :]
+        return img, ids.reshape(1, hp * wp, 3).expand(b, -1, -1)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        y: Any = None,
+        guidance: Any = None,
+        ref_latents: Any = None,
+        control: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return _forward_through_wrappers(
+            self, x, timestep, context, y, guidance, ref_latents, control, transformer_options or {}
+        )
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        y: Any,
+        guidance: Any,
+        ref_latents: Any,
+        control: Any,
+        transformer_options: dict[str, Any],
+    ) -> torch.Tensor:
+        b, c, h, w = x.shape
+        img, img_ids = self.process_img(x)
+        tokens = img.shape[1]
+        for ref in ref_latents or ():
+            more, more_ids = self.process_img(ref, index=1)
+            img, img_ids = torch.cat([img, more], 1), torch.cat([img_ids, more_ids], 1)
+        txt_ids = torch.zeros(b, context.shape[1], 3)
+        out = self.forward_orig(img, img_ids, context, txt_ids, timestep, transformer_options)[:, :tokens]
+        hp, wp = -(-h // 2), -(-w // 2)
+        out = out.reshape(b, hp, wp, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(b, c, 2 * hp, 2 * wp)
+        return out[:, :, :h, :w]
+
+    def forward_orig(
+        self,
+        img: torch.Tensor,
+        img_ids: torch.Tensor,
+        txt: torch.Tensor,
+        txt_ids: torch.Tensor,
+        timesteps: torch.Tensor,
+        transformer_options: dict[str, Any],
+    ) -> torch.Tensor:
+        """What ComfyUI-TeaCache and MagCache replace (as an object patch of `diffusion_model.forward_orig`)."""
+        img = self.img_in(img)
+        vec = self.time_in(timestep_embedding(timesteps, 16))
+        txt = self.txt_in(txt)
+        pe = rope(torch.cat((txt_ids, img_ids), dim=1), self.axes)
+        for block in self.double_blocks:
+            img, txt = block(img=img, txt=txt, vec=vec, pe=pe, transformer_options=transformer_options)
+        x = torch.cat((txt, img), 1)
+        for block in self.single_blocks:
+            x = block(x, vec=vec, pe=pe, transformer_options=transformer_options)
+        return self.final_layer(x[:, txt.shape[1] :])
+
+
+class Flux(_FluxLike):
+    """`comfy.ldm.flux.model.Flux`."""
+
+
+class Chroma(_FluxLike):
+    """`comfy.ldm.chroma.model.Chroma`: Flux's blocks and token order (its modulation differs; not modelled)."""
+
+
+# ---------------------------------------------------------------------------------------------- Wan
+
+
+class WanSelfAttention(nn.Module):
+    """Rotary q/k over the video tokens; the attention function gets [B, L, H*D] (no `skip_reshape`)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = heads, dim // heads
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.norm_q, self.norm_k = nn.RMSNorm(dim), nn.RMSNorm(dim)
+
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, transformer_options: Any = None) -> torch.Tensor:
+        b, s, n, d = *x.shape[:2], self.num_heads, self.head_dim
+        q = apply_rope(self.norm_q(self.q(x)).view(b, s, n, d).transpose(1, 2), freqs).transpose(1, 2)
+        k = apply_rope(self.norm_k(self.k(x)).view(b, s, n, d).transpose(1, 2), freqs).transpose(1, 2)
+        x = optimized_attention(
+            q.reshape(b, s, n * d),
+            k.reshape(b, s, n * d),
+            self.v(x).view(b, s, n * d),
+            heads=self.num_heads,
+            transformer_options=transformer_options or {},
+        )
+        return self.o(x)
+
+
+class WanT2VCrossAttention(WanSelfAttention):
+    def forward(self, x: torch.Tensor, context: torch.Tensor, transformer_options: Any = None, **kwargs: Any) -> Any:
+        q, k, v = self.norm_q(self.q(x)), self.norm_k(self.k(context)), self.v(context)
+        return self.o(optimized_attention(q, k, v, heads=self.num_heads, transformer_options=transformer_options or {}))
+
+
+class WanAttentionBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = (
+            nn.LayerNorm(dim, elementwise_affine=False),
+            nn.LayerNorm(dim, elementwise_affine=False),
+        )
+        self.norm3 = nn.LayerNorm(dim)
+        self.self_attn = WanSelfAttention(dim, heads)
+        self.cross_attn = WanT2VCrossAttention(dim, heads)
+        self.ffn = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+        self.modulation = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        e: torch.Tensor,
+        freqs: torch.Tensor,
+        context: torch.Tensor,
+        context_img_len: Any = None,
+        transformer_options: Any = None,
+    ) -> torch.Tensor:
+        e0, e1, e2, e3, e4, e5 = (self.modulation + e).chunk(6, dim=1)
+        y = self.self_attn(self.norm1(x) * (1 + e1) + e0, freqs, transformer_options=transformer_options)
+        x = x + y * e2
+        x = x + self.cross_attn(
+            self.norm3(x), context, context_img_len=context_img_len, transformer_options=transformer_options
+        )
+        return x + self.ffn(self.norm2(x) * (1 + e4) + e3) * e5
+
+
+class WanModel(nn.Module):
+    """`comfy.ldm.wan.model.WanModel` at a toy size: `forward(x, timestep, context, clip_fea, time_dim_concat,
+    transformer_options)` on a video latent [B, C, T, H, W], patch (1, 2, 2)."""
+
+    def __init__(self, in_dim: int = 4, dim: int = 32, heads: int = 2, layers: int = 3) -> None:
+        super().__init__()
+        self.patch_size = (1, 2, 2)
+        self.dim, self.out_dim = dim, in_dim
+        self.axes = (4, 6, 6)  # rotary dims per id axis (frame, row, column): head dim 16
+        self.patch_embedding = nn.Conv3d(in_dim, dim, kernel_size=self.patch_size, stride=self.patch_size)
+        self.text_embedding = nn.Sequential(
+            nn.Linear(CONTEXT_DIM, dim), nn.GELU(approximate="tanh"), nn.Linear(dim, dim)
+        )
+        self.time_embedding = nn.Sequential(nn.Linear(16, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(dim, dim * 6))
+        self.blocks = nn.ModuleList(WanAttentionBlock(dim, heads) for _ in range(layers))
+        self.head = nn.Linear(dim, in_dim * 4)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        clip_fea: Any = None,
+        time_dim_concat: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return _forward_through_wrappers(
+            self, x, timestep, context, clip_fea, time_dim_concat, transformer_options or {}
+        )
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        clip_fea: Any,
+        time_dim_concat: Any,
+        transformer_options: dict[str, Any],
+    ) -> torch.Tensor:
+        t, h, w = x.shape[-3:]
+        x = F.pad(x, (0, -w % 2, 0, -h % 2))
+        if time_dim_concat is not None:
+            x = torch.cat([x, F.pad(time_dim_concat, (0, -w % 2, 0, -h % 2))], dim=2)
+        frames, hp, wp = x.shape[2], x.shape[3] // 2, x.shape[4] // 2
+        ids = torch.stack(
+            torch.meshgrid(torch.arange(frames), torch.arange(hp), torch.arange(wp), indexing="ij"), dim=-1
+        ).reshape(1, -1, 3)
+        freqs = rope(ids, self.axes)
+        return self.forward_orig(x, timestep, context, freqs, transformer_options)[:, :, :t, :h, :w]
+
+    def forward_orig(
+        self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor, freqs: torch.Tensor, transformer_options: Any
+    ) -> torch.Tensor:
+        x = self.patch_embedding(x)
+        b, _, frames, hp, wp = x.shape
+        x = x.flatten(2).transpose(1, 2)
+        e = self.time_embedding(timestep_embedding(t, 16, scale=1.0))
+        e0 = self.time_projection(e).unflatten(1, (6, self.dim))
+        context = self.text_embedding(context)
+        for block in self.blocks:
+            x = block(x, e=e0, freqs=freqs, context=context, transformer_options=transformer_options)
+        x = self.head(x).reshape(b, frames, hp, wp, self.out_dim, 2, 2)
+        return x.permute(0, 4, 1, 2, 5, 3, 6).reshape(b, self.out_dim, frames, 2 * hp, 2 * wp)
+
+
+# Where ComfyUI defines them: the module prefix tome_core's layouts recognise a ComfyUI model by.
+for _cls in (Modulation, DoubleStreamBlock, SingleStreamBlock, Flux):
+    _cls.__module__ = "comfy.ldm.flux.model" if _cls is Flux else "comfy.ldm.flux.layers"
+Chroma.__module__ = "comfy.ldm.chroma.model"
+for _cls in (WanSelfAttention, WanT2VCrossAttention, WanAttentionBlock, WanModel):
+    _cls.__module__ = "comfy.ldm.wan.model"
+
+
+class UnknownDiT(nn.Module):
+    """A diffusion transformer ToMe does not reduce (HiDream, Lumina 2, SD3 in ComfyUI): attention over its tokens
+    through the same attention function, in a class no layout describes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(
+        self, x: torch.Tensor, timesteps: torch.Tensor, context: Any = None, transformer_options: Any = None, **kw: Any
+    ) -> torch.Tensor:
+        tokens = self.proj(x.flatten(2).transpose(1, 2))
+        out = optimized_attention(tokens, tokens, tokens, 2, transformer_options=transformer_options or {})
+        return out.transpose(1, 2).reshape(x.shape)
+
+
+UnknownDiT.__module__ = "comfy.ldm.hidream.model"
+
+
+def build_dit(kind: str, seed: int = 0) -> nn.Module:
+    """ "flux", "chroma", "wan" or "unknown": a seeded tiny model."""
+    return _seeded({"flux": Flux, "chroma": Chroma, "wan": WanModel, "unknown": UnknownDiT}[kind], seed)

@@ -1,0 +1,519 @@
+"""The ComfyUI nodes on diffusion transformers (issue 43), driven through the ComfyUI-shaped stand-in: tiny Flux and
+Wan models whose classes carry ComfyUI's module names and whose attention goes through a stand-in of ComfyUI's
+`wrap_attn` / `optimized_attention_override` (tests/comfy_stub/dit.py)."""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from comfy_stub.dit import Flux
+from comfy_stub.model_management import InterruptProcessingException
+from comfy_stub.patcher import DIFFUSION_MODEL, OUTER_SAMPLE, ModelPatcher, copy_nested_dicts
+from comfy_stub.sampling import load_checkpoint, sample
+from comfy_stub.torch_compile import set_torch_compile_wrapper
+
+import tome_core
+from tome_comfy import NODE_CLASS_MAPPINGS
+from tome_comfy.inputs import advanced_widgets
+from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE
+from tome_comfy.sampling import ATTENTION_OVERRIDE
+from tome_core import figures
+from tome_core.words import speed_words
+
+HEAD = f"ToMe {tome_core.__version__}"
+PRESETS = [p.label for p in tome_core.presets()]
+#: Sampling arguments per stand-in: Flux a 16x16 latent (an 8x8 patch grid: 128x128 px), Wan a 5-frame 8x8 latent
+#: (4x4 patches per frame: 64x64 px, 17 frames).
+ARGS: dict[str, dict[str, Any]] = {"flux": {}, "wan": {"frames": 5, "size": 8}}
+TEXT = 5  # the stand-in's text tokens (tests/comfy_stub/sampling.py `sample`)
+
+
+def tome(model: ModelPatcher, preset: str = "Balanced") -> ModelPatcher:
+    return NODE_CLASS_MAPPINGS[TOME_NODE]().patch(model, preset)[0]
+
+
+def tome_advanced(model: ModelPatcher, **changes: Any) -> ModelPatcher:
+    values = {w.name: w.default for w in advanced_widgets()}
+    return NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE]().patch(model, **{**values, **changes})[0]
+
+
+def dm(model: ModelPatcher) -> torch.nn.Module:
+    return model.model.diffusion_model
+
+
+def hook_count(module: torch.nn.Module) -> int:
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in module.modules())
+
+
+def untouched(module: torch.nn.Module) -> bool:
+    """Nothing of ToMe left on the model: no hooks, no state, every forward the class's."""
+    return (
+        hook_count(module) == 0
+        and not tome_core.is_patched(module)
+        and not any("forward" in m.__dict__ for m in module.modules())
+    )
+
+
+def tome_lines(caplog: Any) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "tome"]
+
+
+@pytest.fixture(params=["flux", "wan"])
+def family(request: Any) -> str:
+    return request.param
+
+
+# ---------------------------------------------------------------------------------------------- presets, off, clean
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_preset_changes_the_output_and_without_the_node_it_is_bitwise_the_reference(
+    family: str, preset: str
+) -> None:
+    model = load_checkpoint(family)
+    reference = sample(model, **ARGS[family])
+    merged = sample(tome(model, preset), **ARGS[family])
+    assert not torch.equal(merged, reference)
+    assert torch.equal(sample(model, **ARGS[family]), reference)
+    assert untouched(dm(model))
+    assert ATTENTION_OVERRIDE not in model.model_options["transformer_options"]
+
+
+def test_presets_resolve_for_the_family_of_comfyuis_model_config(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="tome")
+    for name, family, args in (
+        ("flux-schnell", "flux", {}),
+        ("chroma", "chroma", {}),
+        ("wan-i2v", "wan", ARGS["wan"]),
+        ("wan22", "wan", ARGS["wan"]),
+    ):
+        caplog.clear()
+        sample(tome(load_checkpoint(name), "Fast"), **args)
+        ((_, line),) = tome_lines(caplog)
+        assert line.startswith(f"{HEAD} (Fast for {family}): keys/values subsampled in "), name
+
+
+def test_the_log_gives_the_blocks_the_size_sampled_and_the_presets_speed_there(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome(load_checkpoint("flux"), "Balanced"), size=16)
+    speed = speed_words("balanced", "flux", (128, 128)) or "at 128\u00d7128"
+    assert tome_lines(caplog) == [
+        (
+            "INFO",
+            f"{HEAD} (Balanced for flux): keys/values subsampled in 3 of 4 blocks, text and reference tokens whole;"
+            f" {speed}",
+        )
+    ]
+    caplog.clear()
+    sample(tome(load_checkpoint("wan22"), "Fastest"), **ARGS["wan"])  # Wan 2.2's VAE: 16 pixels per latent cell
+    ((_, line),) = tome_lines(caplog)
+    assert line.endswith(f"; {speed_words('fastest', 'wan', (128, 128, 17)) or 'at 128×128, 17 frames'}")
+
+
+def test_the_speed_figure_is_the_tables_at_the_size_sampled(monkeypatch: Any, caplog: Any) -> None:
+    """Issue 44: the figure at the size the user generates, saying whether it is estimated or measured, and where."""
+    seen: list[tuple[Any, ...]] = []
+
+    def speed(family: str, preset: str, width: int, height: int, frames: int = 1) -> figures.Speed:
+        seen.append((family, preset, width, height, frames))
+        source = figures.Source("NVIDIA H100", measured=True, what="a test table")
+        return figures.Speed(1.5 if width > 128 else 1.25, (width, height, frames), source)
+
+    monkeypatch.setattr(figures, "speed", speed)
+    caplog.set_level(logging.INFO, logger="tome")
+    model = tome(load_checkpoint("flux"), "Fast")
+    sample(model, size=16)
+    sample(model, size=24)  # a hires second sampler: its own size
+    lines = [line for _, line in tome_lines(caplog)]
+    assert lines[0].endswith("; about 1.25\u00d7 faster per step at 128\u00d7128 (NVIDIA H100, measured)")
+    assert lines[1].endswith("; about 1.50\u00d7 faster per step at 192\u00d7192 (NVIDIA H100, measured)")
+    assert seen == [("flux", "fast", 128, 128, 1), ("flux", "fast", 192, 192, 1)]
+
+
+def test_an_interrupt_leaves_nothing_patched_and_the_next_sampling_is_bitwise(family: str, caplog: Any) -> None:
+    model = load_checkpoint(family)
+    reference = sample(model, **ARGS[family])
+
+    def interrupt(step: int, *args: Any) -> None:
+        if step == 1:
+            raise InterruptProcessingException()  # what ComfyUI's progress hook raises after a step
+
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(InterruptProcessingException):
+        sample(tome(model, "Fast"), callback=interrupt, **ARGS[family])
+    assert untouched(dm(model))
+    assert torch.equal(sample(model, **ARGS[family]), reference)
+    ((level, line),) = tome_lines(caplog)
+    assert level == "INFO"
+    assert line.startswith(f"{HEAD} (Fast for {family}): sampling interrupted after 2 model calls; keys/values")
+
+
+def test_a_failed_sampling_leaves_nothing_patched_and_says_why(caplog: Any) -> None:
+    model = load_checkpoint("flux")
+
+    def fail(step: int, *args: Any) -> None:
+        raise RuntimeError("out of memory")
+
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(RuntimeError):
+        sample(tome(model), callback=fail)
+    assert untouched(dm(model))
+    ((level, line),) = tome_lines(caplog)
+    assert level == "WARNING" and "sampling failed (RuntimeError) after 1 model call;" in line
+
+
+# ---------------------------------------------------------------------------------------------- exact where it must be
+
+
+class ReduceSpy:
+    """Records what the adapter hands the core and what it gets back (`tome_core.reduce_attention`)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, int, Any]] = []
+        self.real = tome_core.reduce_attention
+
+    def __call__(self, model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+        out = self.real(model, key, value, dim, mask)
+        self.calls.append((key, dim, out))
+        return out
+
+
+@pytest.fixture
+def spy(monkeypatch: Any) -> ReduceSpy:
+    found = ReduceSpy()
+    monkeypatch.setattr(tome_core, "reduce_attention", found)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "before", "grid", "after"),
+    [
+        # Kontext: text (5), the 8x8 image grid, an 8x8-latent reference image (4x4 tokens) after it.
+        ("flux", {"ref_latents": [torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8).repeat(1, 4, 1, 1)]}, 5, (8, 8), 16),
+        # Wan: the first latent frame (an image-to-video model's reference image, 4x4 tokens) whole, then 4 frames.
+        ("wan", ARGS["wan"], 16, (4, 4, 4), 0),
+    ],
+)
+def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_position(
+    spy: ReduceSpy, name: str, args: dict[str, Any], before: int, grid: tuple[int, ...], after: int
+) -> None:
+    """Every reduced attention call keeps the keys of the text and reference tokens bitwise, and of the generated
+    grid one key per 2x2 cell, each bitwise the key of that token (rotary position applied by the model): nothing
+    merged, nothing moved."""
+    sample(tome_advanced(load_checkpoint(name), mode="kv", sx=2, sy=2, use_rand=False), steps=2, **args)
+    reduced = [(key, dim, out) for key, dim, out in spy.calls if out is not None]
+    assert reduced and len(reduced) == len(spy.calls) - sum(1 for _, _, out in spy.calls if out is None)
+    generated = 1
+    for n in grid:
+        generated *= n
+    kept = generated // 4
+    for key, dim, (new_key, new_value, _) in reduced:
+        length = key.shape[dim]
+        assert length == before + generated + after
+        assert new_key.shape[dim] == new_value.shape[dim] == before + kept + after
+        head, tail = key.narrow(dim, 0, before), key.narrow(dim, length - after, after)
+        assert torch.equal(new_key.narrow(dim, 0, before), head)
+        assert torch.equal(new_key.narrow(dim, before + kept, after), tail)
+        rows = key.narrow(dim, before, generated).movedim(dim, 0).flatten(1)
+        for row in new_key.narrow(dim, before, kept).movedim(dim, 0).flatten(1):
+            assert (rows == row).all(dim=1).any()  # the key of one generated token, exactly
+    if name == "wan":  # cross-attention to the text passes unchanged
+        assert any(out is None and key.shape[dim] == TEXT for key, dim, out in spy.calls)
+
+
+def test_a_chained_override_is_still_called_with_the_reduced_keys_and_put_back(spy: ReduceSpy) -> None:
+    """An override another node set (a SageAttention patch) keeps running every attention call, with the reduced
+    keys/values where ToMe reduces; afterwards it is the override of the model again, and ToMe's is gone."""
+    lengths: list[int] = []
+
+    def sage_like(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        lengths.append(int(args[1].shape[2 if kwargs.get("skip_reshape") else 1]))
+        return func(*args, **kwargs)
+
+    model = load_checkpoint("flux")
+    with_sage = model.clone()
+    with_sage.model_options["transformer_options"][ATTENTION_OVERRIDE] = sage_like
+    sample(with_sage, steps=2)
+    plain = list(lengths)
+    lengths.clear()
+    both = sample(tome(with_sage, "Fastest"), steps=2)
+    assert len(lengths) == len(plain) == len(spy.calls)
+    assert lengths == [int(out[0].shape[dim]) if out else int(key.shape[dim]) for key, dim, out in spy.calls]
+    assert min(lengths) < min(plain)
+    assert torch.equal(both, sample(tome(model, "Fastest"), steps=2))  # the chained one passed the call on
+    assert with_sage.model_options["transformer_options"][ATTENTION_OVERRIDE] is sage_like
+    lengths.clear()
+    sample(with_sage, steps=2)
+    assert lengths == plain
+
+
+# ---------------------------------------------------------------------------------------------- never silent
+
+
+def test_a_dit_tome_does_not_reduce_gets_one_warning_naming_its_config_and_class(caplog: Any) -> None:
+    model = load_checkpoint("hidream")
+    reference = sample(model)
+    caplog.set_level(logging.INFO, logger="tome")
+    assert torch.equal(sample(tome(model, "Fast")), reference)
+    ((level, line),) = tome_lines(caplog)
+    assert level == "WARNING"
+    assert line.startswith(f"{HEAD}: ComfyUI model HiDream (diffusion model UnknownDiT) is ")
+    assert line.endswith("ToMe does nothing, the model runs unchanged")
+    assert "Flux.1" in line and "Wan" in line
+
+
+@pytest.fixture
+def teacache_like() -> Iterator[ModelPatcher]:
+    """ComfyUI-TeaCache and MagCache replace the Flux model's `forward_orig` (an object patch) with their own loop,
+    which calls the blocks without `transformer_options`: ComfyUI's attention then sees no override."""
+    model = load_checkpoint("flux")
+    module = dm(model)
+
+    def forward_orig(self: Flux, img: Any, img_ids: Any, txt: Any, txt_ids: Any, timesteps: Any, options: Any) -> Any:
+        return Flux.forward_orig(self, img, img_ids, txt, txt_ids, timesteps, {})
+
+    module.forward_orig = types.MethodType(forward_orig, module)
+    try:
+        yield model
+    finally:
+        del module.forward_orig
+
+
+def test_a_forward_that_drops_transformer_options_says_tome_could_not_apply(
+    teacache_like: ModelPatcher, caplog: Any
+) -> None:
+    reference = sample(teacache_like)
+    caplog.set_level(logging.INFO, logger="tome")
+    assert torch.equal(sample(tome(teacache_like, "Balanced")), reference)
+    assert tome_lines(caplog) == [
+        (
+            "WARNING",
+            f"{HEAD} (Balanced for flux): could not apply in 3 of 3 selected blocks (keys/values subsampled in 0 of 4"
+            " blocks): ToMe's attention override was not called: another node replaced the model's forward or"
+            " dropped transformer_options (TeaCache, MagCache...); the model ran unchanged",
+        )
+    ]
+
+
+def test_comfyuis_tome_patch_model_on_a_dit_is_said_to_do_nothing(caplog: Any) -> None:
+    def merge(q: Any, k: Any, v: Any, extra: Any) -> Any:
+        return q, k, v
+
+    def unmerge(n: Any, extra: Any) -> Any:
+        return n
+
+    for fn in (merge, unmerge):
+        fn.__module__ = "/opt/ComfyUI/comfy_extras/nodes_tomesd"
+    model = load_checkpoint("flux")
+    with_builtin = model.clone()
+    with_builtin.set_model_attn1_patch(merge)
+    with_builtin.set_model_attn1_output_patch(unmerge)
+    caplog.set_level(logging.INFO, logger="tome")
+    assert torch.equal(sample(tome(with_builtin)), sample(tome(model)))
+    assert (
+        "WARNING",
+        f"{HEAD}: ComfyUI's TomePatchModel is on this model too: it does nothing on a diffusion transformer"
+        " (Flux.1); ToMe (Balanced for flux) runs",
+    ) in tome_lines(caplog)
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "named"),
+    [
+        # The advanced node's defaults are a UNet's settings (merge at ratio 0.5): refused on either DiT, naming a
+        # field (which one is the core's rule for that model).
+        ("flux", {}, r"TomeConfig\.\w+"),
+        ("wan", {}, r"TomeConfig\.\w+"),
+        ("flux", {"mode": "kv", "max_downsample": "2"}, r"TomeConfig\.max_downsample=2 does not apply"),
+        ("wan", {"mode": "kv", "merge_mlp": True}, r"TomeConfig\.merge_mlp=True does not apply"),
+    ],
+)
+def test_custom_settings_a_dit_cannot_run_are_refused_at_the_node_naming_the_field(
+    name: str, changes: dict[str, Any], named: str
+) -> None:
+    model = load_checkpoint(name)
+    with pytest.raises(ValueError, match=named):
+        tome_advanced(model, **changes)
+    assert model.wrappers == {}
+
+
+def test_custom_settings_on_a_dit_run_as_set(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="tome")
+    model = load_checkpoint("wan")
+    window = sample(tome_advanced(model, mode="kv", st=2, block_start=0.5), **ARGS["wan"])
+    assert not torch.equal(window, sample(tome_advanced(model, mode="kv", st=2), **ARGS["wan"]))
+    assert tome_lines(caplog)[0] == (
+        "INFO",
+        f"{HEAD} (custom settings): keys/values subsampled in 1 of 3 blocks, text and reference tokens whole;"
+        " at 64\u00d764, 17 frames",
+    )
+
+
+def test_flux_blocks_merged_whole_are_named_in_the_log(caplog: Any) -> None:
+    """The core's merge mode on a ComfyUI Flux (blocks run on merged generated tokens), beside keys/values
+    subsampled outside the window: the log names each kind with the core's own counts; off again, bitwise."""
+    model = load_checkpoint("flux")
+    reference = sample(model)
+    caplog.set_level(logging.INFO, logger="tome")
+    merged = sample(tome_advanced(model, mode="merge", ratio=0.75, block_start=0.5, pool_kv=True))
+    assert not torch.equal(merged, reference)
+    assert tome_lines(caplog) == [
+        (
+            "INFO",
+            f"{HEAD} (custom settings): generated tokens merged in 2 and keys/values subsampled in 2 of 4 blocks,"
+            " text and reference tokens whole; at 128\u00d7128",
+        )
+    ]
+    assert torch.equal(sample(model), reference) and untouched(dm(model))
+
+
+# ---------------------------------------------------------------------------------------------- composing
+
+
+def easycache_like(model: ModelPatcher) -> ModelPatcher:
+    """What ComfyUI's EasyCache node adds (comfy_extras/nodes_easycache.py at a125cd84), reduced to what ToMe can
+    observe: an OUTER_SAMPLE wrapper that gives the sampling a fresh copy of the guider's model options (restored
+    in `finally`), and a DIFFUSION_MODEL wrapper that skips every other model call of the sampling, returning the
+    last call's change added to its input."""
+    clone = model.clone()
+
+    def outer(executor: Any, *args: Any, **kwargs: Any) -> Any:
+        guider = executor.class_obj
+        original = guider.model_options
+        guider.model_options = copy_nested_dicts(original)
+        guider.model_options["transformer_options"]["easycache_like"] = {"calls": 0, "diff": None}
+        try:
+            return executor(*args, **kwargs)
+        finally:
+            guider.model_options = original
+
+    def forward(executor: Any, *args: Any, **kwargs: Any) -> Any:
+        x, options = args[0], args[-1]
+        state = options["easycache_like"]
+        state["calls"] += 1
+        if state["calls"] % 2 == 0 and state["diff"] is not None:
+            return x + state["diff"]
+        out = executor(*args, **kwargs)
+        state["diff"] = out - x
+        return out
+
+    clone.add_wrapper_with_key(OUTER_SAMPLE, "easycache", outer)
+    clone.add_wrapper_with_key(DIFFUSION_MODEL, "easycache", forward)
+    return clone
+
+
+def test_with_easycache_in_either_order_the_image_is_the_same(family: str, caplog: Any) -> None:
+    model = load_checkpoint(family)
+    cached = sample(easycache_like(model), **ARGS[family])
+    caplog.set_level(logging.INFO, logger="tome")
+    first = sample(easycache_like(tome(model, "Fast")), **ARGS[family])
+    second = sample(tome(easycache_like(model), "Fast"), **ARGS[family])
+    assert torch.equal(first, second) and not torch.equal(first, cached)
+    lines = tome_lines(caplog)
+    assert len(lines) == 2 and lines[0] == lines[1] and lines[0][0] == "INFO"
+    assert untouched(dm(model))
+
+
+class GraphCounter:
+    """A torch.compile backend that counts the graphs dynamo hands it and runs each as captured."""
+
+    __name__ = "graph_counter"
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        self.graphs.append(gm)
+        return gm.forward
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_a_model_compiled_as_an_object_patch_is_reduced_in_the_module_it_runs(caplog: Any) -> None:
+    """ComfyUI-TeaCache's CompileModel puts `torch.compile(diffusion_model)` in as an object patch (ComfyUI sets it
+    on the model while it is loaded): ToMe patches the module the compiled wrapper runs."""
+    model = load_checkpoint("flux")
+    eager = sample(tome(model, "Fast"), steps=3)
+    counter = GraphCounter()
+    compiled = model.clone()
+    compiled.add_object_patch("diffusion_model", torch.compile(dm(model), backend=counter))
+    original = model.model.diffusion_model
+    caplog.set_level(logging.INFO, logger="tome")
+    model.model.diffusion_model = compiled.get_model_object("diffusion_model")  # what ComfyUI's loading does
+    try:
+        out = sample(tome(compiled, "Fast"), steps=3)
+    finally:
+        model.model.diffusion_model = original
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))
+    assert len(counter.graphs) == 1
+    ((level, line),) = tome_lines(caplog)
+    assert level == "INFO" and "(Fast for flux): keys/values subsampled in 3 of 4 blocks" in line
+    assert untouched(original)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize(
+    ("name", "order", "fullgraph"),
+    [
+        ("flux", "ToMe, then TorchCompileModel", False),  # the node's own arguments (fullgraph off)
+        ("flux", "TorchCompileModel, then ToMe", False),
+        ("flux", "ToMe, then TorchCompileModel", True),
+        ("wan", "TorchCompileModel, then ToMe", True),
+    ],
+)
+def test_under_torch_compile_model_in_either_order_the_dit_is_reduced_in_one_graph(
+    name: str, order: str, fullgraph: bool, caplog: Any
+) -> None:
+    """ComfyUI's TorchCompileModel before or after our node: the sampling runs reduced inside one compiled graph
+    (equal to eager ToMe), also with fullgraph=True (the override and the core trace without a break)."""
+    model = load_checkpoint(name)
+    eager = sample(tome(model, "Fast"), steps=3, **ARGS[name])
+    counter = GraphCounter()
+
+    def compiled(patcher: ModelPatcher) -> ModelPatcher:
+        clone = patcher.clone()
+        set_torch_compile_wrapper(clone, counter, fullgraph=fullgraph)
+        return clone
+
+    merged = compiled(tome(model, "Fast")) if order.startswith("ToMe") else tome(compiled(model), "Fast")
+    caplog.set_level(logging.INFO, logger="tome")
+    out = sample(merged, steps=3, **ARGS[name])
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))
+    assert len(counter.graphs) == 1  # one graph for the whole sampling
+    ((level, line),) = tome_lines(caplog)
+    assert level == "INFO" and " keys/values subsampled in " in line
+    assert f"under torch.compile (backend graph_counter{', fullgraph' if fullgraph else ''})" in line
+    assert untouched(dm(model))
+
+
+def test_the_flux_example_workflow_puts_the_tome_node_between_the_model_and_its_sampler() -> None:
+    """examples/comfyui_tome_flux.json, dragged into ComfyUI: links consistent, the ToMe node on the KSampler's
+    MODEL input, fed by the diffusion-model loader."""
+    import json
+    from pathlib import Path
+
+    workflow = json.loads((Path(__file__).resolve().parents[1] / "examples" / "comfyui_tome_flux.json").read_text())
+    nodes = {node["id"]: node for node in workflow["nodes"]}
+    links = {link[0]: link for link in workflow["links"]}
+    for node in nodes.values():
+        for slot, put in enumerate(node.get("inputs", [])):
+            link = links[put["link"]]
+            assert (link[3], link[4], link[5]) == (node["id"], slot, put["type"])
+        for slot, out in enumerate(node.get("outputs", [])):
+            assert all(links[i][1:3] == [node["id"], slot] for i in out["links"])
+    (tome,) = [n for n in nodes.values() if n["type"] == "tome_ToMe"]
+    (sampler,) = [n for n in nodes.values() if n["type"] == "KSampler"]
+    assert links[tome["inputs"][0]["link"]][1] == next(n["id"] for n in nodes.values() if n["type"] == "UNETLoader")
+    assert links[sampler["inputs"][0]["link"]][1] == tome["id"]
+    assert tome["widgets_values"] == [tome_core.get_preset(tome_core.DEFAULT_PRESET).label]

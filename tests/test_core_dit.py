@@ -1,0 +1,308 @@
+"""Diffusion transformers (tome_core.dit): every family diffusers has that ToMe reduces, on tiny real models.
+
+Per family: the patch changes the output and reduces keys/values in every block it selects; removed, the model is
+bitwise the unpatched one; every text and reference key reaches attention, and every kept key of the generated grid
+is the model's own key at the centre of its cell, rotary embedding applied; compiled with fullgraph, one graph for
+a whole sampling, equal to eager; bad settings and models ToMe does not handle get errors that name them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from dit_models import TINY, Tiny, run
+from torch import fx, nn
+from torch.overrides import TorchFunctionMode
+
+import tome_core
+from tome_core.merge import kv_index
+
+NAMES = tuple(TINY)
+
+
+@pytest.fixture(params=NAMES)
+def tiny(request: pytest.FixtureRequest) -> Tiny:
+    return TINY[request.param]()
+
+
+class KeysSeen(TorchFunctionMode):
+    """Records the keys every scaled_dot_product_attention call gets (after anything that changed them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            key = args[1] if len(args) > 1 else kwargs["key"]
+            self.keys.append(key.detach().clone())
+        return func(*args, **kwargs)
+
+
+def keys_of(model: nn.Module, tiny: Tiny) -> list[torch.Tensor]:
+    with KeysSeen() as seen:
+        run(model, tiny)
+    return seen.keys
+
+
+def test_apply_reduces_every_selected_block_and_remove_is_bitwise(tiny: Tiny) -> None:
+    model = tiny.build()
+    base = run(model, tiny)
+    tome_core.apply_patch(model, sx=2, sy=2)
+    assert tome_core.model_family(model) == tiny.family
+    out = run(model, tiny)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.selected == stats.total > 0
+    assert stats.applied == stats.selected and stats.grid_misses == 0, stats
+    assert stats.modules == (("kv", stats.selected),)
+    assert not torch.equal(out, base)
+    tome_core.remove_patch(model)
+    assert not tome_core.is_patched(model)
+    assert torch.equal(run(model, tiny), base)
+    assert not any(m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ for m in model.modules())
+
+
+@pytest.mark.parametrize("cells", [(1, 2, 2), (1, 3, 3), (2, 2, 2)], ids=["2x2", "3x3-ragged", "2x2x2"])
+def test_text_and_reference_keys_whole_and_kept_keys_carry_their_rotary_position(
+    tiny: Tiny, cells: tuple[int, int, int]
+) -> None:
+    """The first block's keys are computed from the same inputs patched or not: the keys it attends to under the
+    patch are exactly the unpatched keys at `kv_index`: every text and reference token, and of the generated
+    grid the token at the centre of each cell, as the model rotated it for its own position."""
+    st, sy, sx = cells
+    model = tiny.build()
+    full = keys_of(model, tiny)[0]
+    tome_core.apply_patch(model, sx=sx, sy=sy, st=st)
+    reduced = keys_of(model, tiny)[0]
+    tome_core.remove_patch(model)
+    dim = -2 if full.shape[-2] == tiny.before + tiny.grid[0] * tiny.grid[1] * tiny.grid[2] + tiny.after else 1
+    index = kv_index(tiny.before, tiny.grid, tiny.after, st, sy, sx, "cpu")
+    assert torch.equal(reduced, full.index_select(dim, index))
+    kept = set(index.tolist())
+    n = tiny.before + tiny.grid[0] * tiny.grid[1] * tiny.grid[2]
+    assert set(range(tiny.before)) <= kept  # text (and Wan's first frame)
+    assert set(range(n, n + tiny.after)) <= kept  # reference images, or text placed last
+    t, h, w = tiny.grid
+    assert len(kept) == tiny.before + tiny.after + -(-t // st) * -(-h // sy) * -(-w // sx)
+
+
+def test_block_window_and_step_window(tiny: Tiny) -> None:
+    model = tiny.build()
+    tome_core.apply_patch(model, sx=2, sy=2, block_start=0.5)
+    run(model, tiny)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.selected == sum(1 for i in range(stats.total) if i / stats.total >= 0.5)
+    assert stats.applied == stats.selected
+    tome_core.apply_patch(model, sx=2, sy=2, step_start=0.5)
+    tome_core.set_step(model, 0, 4)
+    run(model, tiny)
+    assert tome_core.stats(model).applied == 0  # type: ignore[union-attr]
+    tome_core.set_step(model, 2, 4)
+    run(model, tiny)
+    assert tome_core.stats(model).applied == tome_core.stats(model).selected  # type: ignore[union-attr]
+    tome_core.remove_patch(model)
+
+
+def test_presets_resolve_for_the_family(tiny: Tiny) -> None:
+    model = tiny.build()
+    for preset in tome_core.presets():
+        tome_core.apply_patch(model, preset=preset.name)
+        assert tome_core.get_config(model) == preset.config(tiny.family)
+        run(model, tiny)
+        stats = tome_core.stats(model)
+        assert stats is not None and stats.applied == stats.selected > 0, (preset.name, stats)
+    tome_core.remove_patch(model)
+
+
+class GraphCounter:
+    def __init__(self) -> None:
+        self.graphs: list[fx.GraphModule] = []
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        return gm.forward
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["flux", "wan", "qwen", "sd3"])
+def test_compiled_fullgraph_one_graph_per_sampling_equal_to_eager(name: str, fresh_dynamo: None) -> None:
+    tiny = TINY[name]()
+    model = tiny.build()
+    tome_core.apply_patch(model, preset="balanced")
+    eager = [run(model, tiny, seed=seed) for seed in range(3)]
+    counter = GraphCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=True)
+    for seed, expected in enumerate(eager):
+        with torch.no_grad():
+            out = compiled(**tiny.inputs(seed))[0]
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert len(counter.graphs) == 1
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.applied == stats.selected > 0
+    tome_core.remove_patch(model)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"mode": "merge"}, "TomeConfig.mode"),
+        ({"ratio": 0.3}, "TomeConfig.ratio"),
+        ({"merge_mlp": True}, "TomeConfig.merge_mlp"),
+        ({"max_downsample": 2}, "TomeConfig.max_downsample"),
+        ({"st": 9}, "TomeConfig.st"),
+        ({"block_start": 0.6, "block_end": 0.5}, "TomeConfig.block_start"),
+    ],
+)
+def test_settings_a_dit_cannot_run_are_refused_naming_the_field(fields: dict[str, Any], named: str) -> None:
+    tiny = TINY["flux"]()
+    model = tiny.build()
+    with pytest.raises(ValueError, match=named):
+        tome_core.apply_patch(model, **fields)
+    assert not tome_core.is_patched(model)
+
+
+def test_a_model_not_handled_is_named() -> None:
+    from diffusers import CogVideoXTransformer3DModel
+
+    model = CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, num_layers=1, text_embed_dim=32
+    )
+    with pytest.raises(TypeError, match="CogVideoXTransformer3DModel is not a model ToMe patches") as caught:
+        tome_core.apply_patch(model, preset="balanced")
+    assert "Flux.1" in str(caught.value) and "Wan" in str(caught.value)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_host_interceptor_subsamples_what_the_host_hands_it() -> None:
+    """ComfyUI's adapter intercepts attention itself: with the "host" interceptor the block runs unchanged unless
+    the host calls `reduce_attention`, which subsamples along the dimension it names."""
+    tiny = TINY["flux"]()
+    model = tiny.build()
+    base = run(model, tiny)
+    tome_core.apply_patch(model, sx=2, sy=2)
+    tome_core.set_attention_interceptor(model, "host")
+    assert torch.equal(run(model, tiny), base)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.planned == stats.selected and stats.reached == 0 and stats.applied == 0
+    key = torch.randn(2, 2, tiny.before + 64, 16)
+    assert tome_core.reduce_attention(model, key, key, 2) is None  # no block running: nothing to do
+    with pytest.raises(ValueError, match="interceptor"):
+        tome_core.set_attention_interceptor(model, "flash")
+    tome_core.remove_patch(model)
+
+
+# ---------------------------------------------------------------------------------------------- merged blocks (Flux.1)
+
+MERGE = {"mode": "merge", "ratio": 0.75, "sx": 2, "sy": 2, "block_start": 0.5, "pool_kv": True}
+
+
+class BlockInputs:
+    """Records what the attention of each single-stream block of a diffusers Flux model is called with (inside the
+    block: what the block runs on)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.handles = [
+            block.attn.register_forward_pre_hook(self.hook, with_kwargs=True)
+            for block in model.single_transformer_blocks
+        ]
+
+    def hook(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.append(dict(kwargs))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("name", ["flux", "flux-kontext"])
+def test_merged_blocks_keep_text_and_references_and_carry_their_destinations_positions(name: str) -> None:
+    """Flux.1's merged window: the window's blocks get one token per 2x2 cell of the generated grid and the text and
+    reference tokens whole; the rotary embedding they get is the model's own at the text, at each merged token's
+    destination (the cell centre) and at the references; removed, bitwise."""
+    tiny = TINY[name]()
+    model = tiny.build()
+    base = run(model, tiny)
+    plain = BlockInputs(model)
+    run(model, tiny)
+    plain.remove()
+    tome_core.apply_patch(model, **MERGE)
+    merged = BlockInputs(model)
+    out = run(model, tiny)
+    merged.remove()
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.applied == stats.selected == stats.total
+    assert dict(stats.modules) == {"kv": 2, "attn1": 2, "ff": 2}  # 2 double (pooled), 2 single blocks (merged)
+    _, h, w = tiny.grid
+    cells = (h // 2) * (w // 2)
+    for before, after in zip(plain.calls, merged.calls):
+        # The joint stream: the text whole, one token per cell, the references whole.
+        assert after["hidden_states"].shape[1] == tiny.before + cells + tiny.after
+        assert before["hidden_states"].shape[1] == tiny.before + h * w + tiny.after
+        cos, sin = before["image_rotary_emb"]
+        centres = torch.tensor([(2 * r + 1) * w + 2 * c + 1 for r in range(h // 2) for c in range(w // 2)])
+        n = tiny.before + h * w
+        index = torch.cat([torch.arange(tiny.before), centres + tiny.before, torch.arange(n, n + tiny.after)])
+        assert torch.equal(after["image_rotary_emb"][0], cos.index_select(0, index))
+        assert torch.equal(after["image_rotary_emb"][1], sin.index_select(0, index))
+    assert out.shape == base.shape and not torch.equal(out, base)
+    tome_core.remove_patch(model)
+    assert torch.equal(run(model, tiny), base)
+
+
+def test_merged_window_compiles_to_one_graph(fresh_dynamo: None) -> None:
+    tiny = TINY["flux"]()
+    model = tiny.build()
+    tome_core.apply_patch(model, preset="fastest")
+    assert tome_core.get_config(model).mode == "merge"  # type: ignore[union-attr]
+    eager = [run(model, tiny, seed=seed) for seed in range(2)]
+    counter = GraphCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=True)
+    for seed, expected in enumerate(eager):
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(**tiny.inputs(seed))[0], expected, rtol=1e-5, atol=1e-5)
+    assert len(counter.graphs) == 1
+    tome_core.remove_patch(model)
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "named"),
+    [
+        ("wan", MERGE, "TomeConfig.mode='merge' does not run"),
+        ("chroma", MERGE, "TomeConfig.mode='merge' does not run"),
+        ("flux", {**MERGE, "ratio": 0.5}, "TomeConfig.ratio=0.5"),
+    ],
+)
+def test_merge_refused_where_it_cannot_run(name: str, fields: dict[str, Any], named: str) -> None:
+    tiny = TINY[name]()
+    model = tiny.build()
+    with pytest.raises(ValueError, match=re.escape(named)):
+        tome_core.apply_patch(model, **fields)
+    assert not tome_core.is_patched(model)
+
+
+def test_a_controlnet_call_runs_the_window_unmerged() -> None:
+    """A ControlNet adds a residual per token between blocks: such a call keeps every token (the shapes would not
+    match), and says so in the counts (planned, not applied)."""
+    tiny = TINY["flux"]()
+    model = tiny.build()
+    tome_core.apply_patch(model, **{**MERGE, "pool_kv": False})
+    hidden = model.config.num_attention_heads * model.config.attention_head_dim
+    control = [torch.zeros(2, 64, hidden)]
+    with torch.no_grad():
+        model(**tiny.inputs(0), controlnet_block_samples=control, controlnet_single_block_samples=control)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.applied == 0 and stats.block_calls == stats.selected
+    tome_core.remove_patch(model)

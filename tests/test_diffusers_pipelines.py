@@ -1,0 +1,195 @@
+"""diffusers pipelines of each diffusion transformer family, on the CPU with tiny components (the text encoders'
+embeddings are given directly: no tokenizer or text encoder is built): `tome_core.apply_patch(pipe, preset=...)`
+reduces the pipeline's transformer for whole generations, the step window follows the pipeline's scheduler, and
+`remove_patch(pipe)` leaves the next generation bitwise the unpatched one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import tome_core
+
+from dit_models import TINY
+
+STEPS = 4
+
+
+def _flux() -> tuple[Any, dict[str, Any]]:
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    pipe = FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
+        transformer=TINY["flux"]().build(),
+    )
+    g = torch.Generator().manual_seed(3)
+    return pipe, {
+        "prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "pooled_prompt_embeds": torch.randn(1, 16, generator=g),
+        "height": 32,
+        "width": 32,
+        "guidance_scale": 1.0,
+    }
+
+
+def _wan() -> tuple[Any, dict[str, Any]]:
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    # No VAE: the latents are the output (the pipeline then takes the Wan VAE's scale factors, 4 frames and 8 px).
+    pipe = WanPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        transformer=TINY["wan"]().build(),
+        vae=None,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+    g = torch.Generator().manual_seed(3)
+    return pipe, {
+        "prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "negative_prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "height": 32,
+        "width": 32,
+        "num_frames": 9,
+        "guidance_scale": 1.0,
+    }
+
+
+def _sd3() -> tuple[Any, dict[str, Any]]:
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    pipe = StableDiffusion3Pipeline(
+        transformer=TINY["sd3"]().build(),
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
+        text_encoder_3=None,
+        tokenizer_3=None,
+    )
+    g = torch.Generator().manual_seed(3)
+    return pipe, {
+        "prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "pooled_prompt_embeds": torch.randn(1, 16, generator=g),
+        "height": 32,
+        "width": 32,
+        "guidance_scale": 1.0,
+    }
+
+
+def _qwen() -> tuple[Any, dict[str, Any]]:
+    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+
+    pipe = QwenImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=None,
+        text_encoder=None,
+        tokenizer=None,
+        transformer=TINY["qwen"]().build(),
+    )
+    g = torch.Generator().manual_seed(3)
+    return pipe, {
+        "prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "prompt_embeds_mask": torch.ones(1, 7, dtype=torch.long),
+        "height": 32,
+        "width": 32,
+        "true_cfg_scale": 1.0,
+    }
+
+
+def _chroma() -> tuple[Any, dict[str, Any]]:
+    from diffusers import ChromaPipeline, FlowMatchEulerDiscreteScheduler
+
+    pipe = ChromaPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=None,
+        text_encoder=None,
+        tokenizer=None,
+        transformer=TINY["chroma"]().build(),
+    )
+    g = torch.Generator().manual_seed(3)
+    return pipe, {
+        "prompt_embeds": torch.randn(1, 7, 32, generator=g),
+        "prompt_attention_mask": torch.ones(1, 7, dtype=torch.bool),
+        "height": 32,
+        "width": 32,
+        "guidance_scale": 1.0,
+    }
+
+
+#: family -> the tiny pipeline and its call's keywords
+PIPELINES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
+    "flux": _flux,
+    "chroma": _chroma,
+    "qwen": _qwen,
+    "sd3": _sd3,
+    "wan": _wan,
+}
+
+
+def generate(pipe: Any, kwargs: dict[str, Any]) -> torch.Tensor:
+    with torch.no_grad():
+        out = pipe(
+            **kwargs, num_inference_steps=STEPS, output_type="latent", generator=torch.Generator().manual_seed(1)
+        )
+    return out.frames if hasattr(out, "frames") else out.images
+
+
+@pytest.mark.parametrize("family", list(PIPELINES))
+def test_a_pipeline_generates_reduced_and_bitwise_after_removal(family: str) -> None:
+    pipe, kwargs = PIPELINES[family]()
+    pipe.set_progress_bar_config(disable=True)
+    base = generate(pipe, kwargs)
+    tome_core.apply_patch(pipe, preset="balanced")
+    assert tome_core.model_family(pipe) == family
+    out = generate(pipe, kwargs)
+    stats = tome_core.stats(pipe)
+    assert stats is not None and stats.unet_calls == STEPS and stats.applied == stats.selected > 0, stats
+    assert out.shape == base.shape and not torch.equal(out, base)
+    tome_core.remove_patch(pipe)
+    assert torch.equal(generate(pipe, kwargs), base)
+
+
+def test_the_step_window_follows_the_pipeline_scheduler() -> None:
+    pipe, kwargs = _flux()
+    pipe.set_progress_bar_config(disable=True)
+    tome_core.apply_patch(pipe, preset="balanced", step_start=0.5)
+    generate(pipe, kwargs)
+    stats = tome_core.stats(pipe)
+    assert stats is not None and (stats.unet_calls, stats.active_calls) == (STEPS, STEPS // 2)
+    tome_core.remove_patch(pipe)

@@ -1,0 +1,443 @@
+"""Token reduction for diffusion transformers (Flux, Wan, Qwen-Image, SD3.5, ...): keys and values subsampled.
+
+In a DiT every block attends over a joint sequence of text, generated and reference tokens, rotary position
+embeddings applied inside attention. The patch keeps every query and lets each attend to the keys/values of all
+text and reference tokens and of one generated token per st x sy x sx cell (ToDo, arXiv 2402.13573; on video DiTs
+reducing keys/values is far safer than reducing queries, AsymRnR arXiv 2412.11706). The kept keys are taken after
+the model applied its rotary embedding, so each carries its own position, the centre of the cell it stands for.
+
+Where a model's `Layout` (`tome_core.families`) says the joint attention runs, its module gets a hook that marks the
+block as running; the keys and values are subsampled where the attention kernel is called:
+
+* by default, scaled_dot_product_attention called inside that module (a `TorchFunctionMode` scoped to the module's
+  forward: diffusers, Forge Neo). A host whose attention runs another kernel (flash-attn, SageAttention) is not
+  reached: `stats` then counts the block reached and not applied, and the hosts say so;
+* or by the host itself (`set_attention_interceptor(model, "host")`): ComfyUI's adapter calls `reduce` from its
+  attention override, whatever kernel runs after it.
+
+The model's own forward hooks (eager, also around a compiled model) read where the generated tokens sit from its
+arguments (`Layout.tokens`), count calls and apply the step window, as for UNets (`tome_core.patch`). Every number
+a compiled graph reads comes through the model (an `nn.Module`), so it stays a constant of that graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
+
+from tome_core.compat import eager, is_compiling, static_sizes
+from tome_core.config import TomeConfig, field_spec
+from tome_core.families import BlockIO, Layout, Tokens
+from tome_core.hooks import Hook
+from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_index, partition
+from tome_core.plan import BlockPlan, BlockTable, plan_dit
+
+#: Interceptors: scaled_dot_product_attention inside the hooked module, or the host's attention override.
+INTERCEPTORS = ("sdpa", "host")
+#: The TomeConfig fields a DiT runs with; the others must keep their defaults (a DiT has no UNet levels). "merge"
+#: mode also reads the ratio (every generated token merges: 1 - 1/(sx*sy)) and pool_kv (keys/values subsampled in
+#: the blocks outside the window).
+DIT_FIELDS = frozenset(
+    {"mode", "sx", "sy", "st", "step_start", "step_end", "block_start", "block_end", "merge_attn", "seed", "use_rand"}
+)
+MERGE_FIELDS = DIT_FIELDS | {"ratio", "pool_kv"}
+
+
+@dataclass
+class DitState:
+    """A patch on a diffusion transformer, by lifetime: installed once, counted per sampling, per call."""
+
+    config: TomeConfig
+    table: BlockTable
+    layout: Layout
+    interceptor: str = "sdpa"
+    handles: list[RemovableHandle] = field(default_factory=list)
+    hooks: list[AttentionHook | MergeHook] = field(default_factory=list)
+    pipeline: Callable[[], Any] | None = None
+    step: tuple[int, int] | None = None
+    unet_calls: int = 0  # model calls, as `TomeStats` names them for every model
+    active_calls: int = 0
+    # Per call: where the generated tokens sit (None outside a call and outside the step window), and what reads
+    # them back from position ids, once per ids tensor.
+    tokens: Tokens | None = None
+    memo: dict[int, Any] = field(default_factory=dict)
+    indices: dict[tuple[Any, ...], torch.Tensor] = field(default_factory=dict)  # eager calls' kept-token indices
+    partitions: dict[tuple[Any, ...], tuple[Partition, torch.Tensor]] = field(default_factory=dict)  # merged blocks
+    unmark: Callable[[], None] | None = None
+    running: AttentionHook | None = None  # the block whose attention runs now (the host interceptor reads it)
+    carry: Carry | None = None  # the merged window of this call, from its first block to its last
+
+
+def check_config(config: TomeConfig, name: str, layout: Layout, model: nn.Module) -> None:
+    """ValueError naming the first field the diffusion transformer `model` (class `name`) cannot run as set."""
+    if config.mode == "merge" and not layout.io:
+        raise ValueError(
+            f"TomeConfig.mode='merge' does not run on {name} ({layout.host}'s {layout.family}): its blocks cannot run on"
+            " merged tokens here; use mode 'kv' (keys/values subsampled, every query kept)"
+        )
+    allowed = MERGE_FIELDS if config.mode == "merge" else DIT_FIELDS
+    default = TomeConfig()
+    for spec_name in sorted(set(config.to_dict()) - allowed):
+        if getattr(config, spec_name) != getattr(default, spec_name):
+            spec = field_spec(spec_name)
+            raise ValueError(
+                f"TomeConfig.{spec_name}={getattr(config, spec_name)!r} does not apply to {name}, a diffusion"
+                f" transformer (it has no UNet levels): leave {spec.label!r} at {spec.default!r}"
+            )
+    if config.mode != "merge":
+        return
+    if abs(config.ratio - config.max_ratio) > 1e-9:
+        raise ValueError(
+            f"TomeConfig.ratio={config.ratio} on {name}: a diffusion transformer's merged blocks merge every generated"
+            f" token into one per sx x sy cell, ratio 1 - 1/(sx*sy) = {config.max_ratio:.4g} with sx={config.sx},"
+            f" sy={config.sy}; set ratio to it (or use mode 'kv')"
+        )
+    if config.st != 1:
+        raise ValueError(f"TomeConfig.st={config.st} on {name}: merged blocks merge within frames; leave st at 1")
+    table = plan_dit(config, len(layout.blocks(model)))
+    blocks = [plan.index for plan in table.blocks if plan.kind == "whole"]
+    if blocks and any(layout.io_of(index, model) is None for index in blocks):
+        raise ValueError(f"TomeConfig.block_start/block_end: {name}'s blocks {blocks[0]}-{blocks[-1]} cannot all merge")
+
+
+def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callable[[], Any] | None, attr: str) -> None:
+    """Hook `model` (a diffusion transformer described by `layout`) as `config` plans; the state goes to `attr`."""
+    blocks = layout.blocks(model)
+    if not blocks:
+        raise TypeError(f"{type(model).__name__} has no transformer blocks where {layout.host}'s layout expects them")
+    table = plan_dit(config, len(blocks))
+    state = DitState(config=config, table=table, layout=layout, pipeline=pipeline)
+    state.handles.append(model.register_forward_pre_hook(eager(_pre_hook(state)), with_kwargs=True))
+    state.handles.append(model.register_forward_hook(eager(_post_hook(state))))
+    window = [plan.index for plan in table.blocks if plan.kind == "whole"]
+    for block, plan in zip(blocks, table.blocks):
+        if plan.kind == "kv":
+            state.hooks.append(AttentionHook(model, layout.attention_of(block), plan, attr))
+        elif plan.kind == "whole":
+            io = layout.io_of(plan.index, model)
+            assert io is not None  # check_config refused a window of blocks without one
+            edges = (plan.index == window[0], plan.index == window[-1])
+            state.hooks.append(MergeHook(model, block, plan, attr, io, edges))
+    for hook in state.hooks:
+        hook.install()
+    setattr(model, attr, state)
+
+
+def remove(state: DitState) -> None:
+    _unmark(state)
+    state.tokens = None
+    state.carry = None
+    state.running = None
+    for handle in state.handles:
+        handle.remove()
+    state.handles.clear()
+    for hook in reversed(state.hooks):
+        hook.uninstall()
+
+
+def _pre_hook(state: DitState) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        state.tokens = None
+        state.carry = None
+        state.unet_calls += 1
+        x = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+        _unmark(state)
+        if isinstance(x, torch.Tensor):
+            state.unmark = static_sizes(x)
+        if not _active(state, args, kwargs):
+            return
+        state.active_calls += 1
+        state.tokens = state.layout.tokens(module, args, kwargs, state.memo)
+
+    return hook
+
+
+def _post_hook(state: DitState) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        state.tokens = None
+        state.carry = None
+        _unmark(state)
+
+    return hook
+
+
+def _unmark(state: DitState) -> None:
+    if state.unmark is not None:
+        state.unmark, unmark = None, state.unmark
+        unmark()
+
+
+def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether this call lies in the step window: from `set_step` or a pipeline's scheduler (host values), else
+    from the timestep the model got (a bare model with a step window: one read back per call)."""
+    config = state.config
+    if config.step_start <= 0 and config.step_end >= 1:
+        return True
+    if state.step is not None:
+        return config.active_at(state.step[0] / state.step[1])
+    scheduler = getattr(state.pipeline(), "scheduler", None) if state.pipeline is not None else None
+    timesteps = getattr(scheduler, "timesteps", None)
+    if timesteps is not None and len(timesteps) > 0:
+        return config.active_at((getattr(scheduler, "step_index", None) or 0) / len(timesteps))
+    timestep = kwargs.get("timestep", kwargs.get("timesteps", args[1] if len(args) > 1 else None))
+    if not isinstance(timestep, torch.Tensor) or not timestep.numel():
+        return True
+    value = float(timestep.reshape(-1)[0])  # the documented read-back of a bare model with a step window
+    return config.active_at(min(max(1.0 - value / state.layout.timestep_max, 0.0), 1.0))
+
+
+class AttentionHook(Hook):
+    """The module that runs one block's joint self-attention: marks the block as running and, unless the host
+    intercepts attention itself, subsamples the keys/values of the scaled_dot_product_attention called inside it.
+
+    Its flags, as `TomeStats` counts them: `called` (the module ran), `planned` (in a call inside the step window
+    whose tokens the layout read), `reached` (the attention kernel was intercepted), `applied` (keys/values were
+    subsampled), `grid_miss` (an intercepted sequence did not hold the layout's tokens)."""
+
+    def __init__(self, model: nn.Module, module: nn.Module, plan: BlockPlan, attr: str) -> None:
+        super().__init__(module)
+        self.model = model  # the patch's numbers are read through it: constants of a compiled graph
+        self.plan = plan
+        self.attr = attr
+        self.reset()
+
+    def reset(self) -> None:
+        # Flags the hook sets and never reads (a compiled graph replays each store after its run).
+        self.called = self.planned = self.reached = self.applied = self.grid_miss = False
+
+    def state(self) -> DitState | None:
+        state = getattr(self.model, self.attr, None)
+        return state if isinstance(state, DitState) else None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        state = None if self.passthrough else self.state()
+        if state is None:
+            return self.call(*args, **kwargs)
+        self.called = True
+        if state.tokens is None:
+            return self.call(*args, **kwargs)
+        self.planned = True
+        state.running = self
+        try:
+            if state.interceptor == "host":
+                return self.call(*args, **kwargs)
+            with _SdpaKeys(self, state):
+                return self.call(*args, **kwargs)
+        finally:
+            state.running = None
+
+    def reduce(self, state: DitState, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+        """(key, value, mask) with the keys/values of generated tokens subsampled along `dim` (the sequence), or
+        None when this attention's sequence is not the joint one the layout describes (a cross-attention)."""
+        tokens = state.tokens
+        if tokens is None:
+            return None
+        self.reached = True
+        after = tokens.after_in(int(key.shape[dim]))
+        if after is None or int(value.shape[dim]) != int(key.shape[dim]):
+            self.grid_miss = True
+            return None
+        index = _index(state, tokens, after, self.plan, key.device)
+        if isinstance(mask, torch.Tensor) and mask.dim() > 0 and int(mask.shape[-1]) == int(key.shape[dim]):
+            mask = mask.index_select(-1, index)
+        self.applied = True
+        return key.index_select(dim, index), value.index_select(dim, index), mask
+
+
+def _index(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
+    """The kept tokens' indices: built once per layout and device eagerly; a compiled graph builds its own (a
+    constant to the compiler: a tensor read from the patch's state would be a graph input)."""
+    if is_compiling():
+        return kv_index(tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, device)
+    key = (tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, str(device))
+    index = state.indices.get(key)
+    if index is None:
+        index = state.indices[key] = kv_index(tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, device)
+    return index
+
+
+_SDPA_NAMES = ("query", "key", "value", "attn_mask")
+
+
+class _SdpaKeys(TorchFunctionMode):
+    """Inside one attention module's forward: scaled_dot_product_attention gets the subsampled keys/values.
+    Tensors are [B, H, L, D] (or [B, L, D]): the sequence is dimension -2."""
+
+    def __init__(self, hook: AttentionHook, state: DitState) -> None:
+        super().__init__()
+        self.hook = hook
+        self.state = state
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.unflatten:
+            # Tensor.unflatten calls super(), which torch.compile cannot trace inside a mode (torch 2.13).
+            return torch.unflatten(*args, **kwargs)
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        given = dict(zip(_SDPA_NAMES, args))
+        given.update({name: kwargs.pop(name) for name in _SDPA_NAMES if name in kwargs})
+        if isinstance(given.get("key"), torch.Tensor) and isinstance(given.get("value"), torch.Tensor):
+            reduced = self.hook.reduce(self.state, given["key"], given["value"], -2, given.get("attn_mask"))
+            if reduced is not None:
+                given["key"], given["value"], given["attn_mask"] = reduced
+        positional = [given.pop(name) for name in _SDPA_NAMES[: len(args)] if name in given]
+        return func(*positional, **given, **kwargs)
+
+
+def reduce(model: nn.Module, attr: str, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+    """For a host's own attention interceptor (ComfyUI's attention override): (key, value, mask) subsampled along
+    `dim` when a block ToMe reduces is running, else None (pass them on unchanged)."""
+    state = getattr(model, attr, None)
+    if not isinstance(state, DitState) or state.running is None:
+        return None
+    return state.running.reduce(state, key, value, dim, mask)
+
+
+# ---------------------------------------------------------------------------------------------- merged blocks
+
+
+@dataclass
+class Carry:
+    """One call's merged window: the merge (every generated token into the most similar destination of its band,
+    one destination per cell, at the cell's centre), what merging took from each token (added back at the end), and
+    the rotary embedding of the merged sequence, made once per call from the model's."""
+
+    merge: BandMerge
+    residual: torch.Tensor  # [B, n, C]
+    positions: torch.Tensor  # [M] the grid position each merged token stands for: its destination (or tail) token
+    ropes: dict[int, Any] = field(default_factory=dict)  # id of the model's rotary embedding -> the merged one's
+
+
+def _positions(h: int, w: int, sx: int, sy: int, device: torch.device) -> tuple[Partition, torch.Tensor]:
+    """(the partition with each cell's destination at its centre, [M] the grid positions of the merged tokens:
+    each band's destinations in cell order, then the rows below the last whole band, kept as they are)."""
+    layout = grid_layout(h, w, sx, sy, device)
+    slots = torch.full((layout.num_dst,), (sy // 2) * sx + sx // 2, dtype=torch.int64, device=device)
+    part = partition(layout, slots, numbers=False)
+    tail = torch.arange(layout.hs * sy * w, h * w, device=device)
+    return part, torch.cat([part.dst_tok, tail])
+
+
+def _rope_index(positions: torch.Tensor, before: int, n: int, length: int) -> torch.Tensor:
+    """[L'] indices into a rotary embedding of `length` positions ([before, grid of n, after]) for the merged
+    sequence: the `before` tokens, the merged tokens' grid positions, the tokens after the grid."""
+    device = positions.device
+    return torch.cat(
+        [torch.arange(before, device=device), positions + before, torch.arange(before + n, length, device=device)]
+    )
+
+
+def _gather_rope(rope: Any, index: torch.Tensor, dim: int) -> Any:
+    if isinstance(rope, torch.Tensor):
+        return rope.index_select(dim, index)
+    if isinstance(rope, (tuple, list)):
+        return type(rope)(_gather_rope(part, index, dim) for part in rope)
+    return rope
+
+
+def _get(args: tuple[Any, ...], kwargs: dict[str, Any], key: str | int) -> Any:
+    if isinstance(key, int):
+        return args[key] if len(args) > key else None
+    return kwargs.get(key)
+
+
+def _put(args: tuple[Any, ...], kwargs: dict[str, Any], key: str | int, value: Any) -> tuple[tuple[Any, ...], dict]:
+    if isinstance(key, int):
+        return (*args[:key], value, *args[key + 1 :]), kwargs
+    return args, {**kwargs, key: value}
+
+
+class MergeHook(Hook):
+    """A block of the merged window (`BlockPlan.kind` "whole" on a DiT): runs on the merged generated tokens, with
+    the rotary embedding of the positions they stand for. The window's first block merges (`edges[0]`), its last
+    unmerges (`edges[1]`); between them the model carries the merged tokens from block to block as they come. Text
+    and reference tokens pass whole."""
+
+    def __init__(
+        self, model: nn.Module, module: nn.Module, plan: BlockPlan, attr: str, io: BlockIO, edges: tuple[bool, bool]
+    ) -> None:
+        super().__init__(module)
+        self.model = model
+        self.plan = plan
+        self.attr = attr
+        self.io = io
+        self.first, self.last = edges
+        self.reset()
+
+    def reset(self) -> None:
+        self.called = self.planned = self.reached = self.applied = self.grid_miss = False
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        state = None if self.passthrough else getattr(self.model, self.attr, None)
+        if not isinstance(state, DitState):
+            return self.call(*args, **kwargs)
+        self.called = True
+        tokens = state.tokens
+        if tokens is None or not tokens.mergeable or tokens.grid[0] != 1:
+            return self.call(*args, **kwargs)
+        io = self.io
+        start = tokens.before if io.joint else tokens.before - tokens.text
+        x = _get(args, kwargs, io.tokens)
+        n = tokens.generated
+        if self.first:
+            self.planned = True
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] < start + n:
+                self.grid_miss = True
+                return self.call(*args, **kwargs)
+            found = self._merge(state, tokens, x[:, start : start + n])
+            if found is None:
+                return self.call(*args, **kwargs)
+            state.carry, merged = found
+            x = torch.cat([x[:, :start], merged, x[:, start + n :]], dim=1)
+            args, kwargs = _put(args, kwargs, io.tokens, x)
+        carry = state.carry
+        if carry is None:
+            return self.call(*args, **kwargs)  # the window's first block did not merge in this call
+        self.planned = self.reached = self.applied = True
+        rope = kwargs.get(io.rope)
+        if rope is not None:
+            merged_rope = carry.ropes.get(id(rope))
+            if merged_rope is None:
+                length = (rope[0] if isinstance(rope, (tuple, list)) else rope).shape[io.rope_dim]
+                index = _rope_index(carry.positions, tokens.before, n, int(length))
+                merged_rope = carry.ropes[id(rope)] = _gather_rope(rope, index, io.rope_dim)
+            kwargs = {**kwargs, io.rope: merged_rope}
+        out = self.call(*args, **kwargs)
+        if not self.last:
+            return out
+        state.carry = None
+        y = out if io.output is None else out[io.output]
+        m = carry.merge.merged_tokens
+        full = carry.merge.unmerge_add(carry.residual, y[:, start : start + m])
+        y = torch.cat([y[:, :start], full, y[:, start + m :]], dim=1)
+        if io.output is None:
+            return y
+        return (*out[: io.output], y, *out[io.output + 1 :])
+
+    def _merge(self, state: DitState, tokens: Tokens, image: torch.Tensor) -> tuple[Carry, torch.Tensor] | None:
+        """(the call's carry, the merged generated tokens), matched on the window's first block's input."""
+        _t, h, w = tokens.grid
+        plan = self.plan
+        if is_compiling():
+            part, positions = _positions(h, w, plan.sx, plan.sy, image.device)
+        else:
+            key = (h, w, plan.sx, plan.sy, str(image.device))
+            found = state.partitions.get(key)
+            if found is None:
+                found = state.partitions[key] = _positions(h, w, plan.sx, plan.sy, image.device)
+            part, positions = found
+        with torch.no_grad():
+            matched = band_match(image, part)
+            merge = None if matched is None else band_merge(matched, 1.0)  # every source into a destination
+        if merge is None:
+            return None
+        merged, residual = merge.merge_with_residual(image)
+        return Carry(merge, residual, positions), merged

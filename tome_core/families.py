@@ -1,0 +1,433 @@
+"""The diffusion transformers ToMe reduces, each a small description of where its generated tokens sit.
+
+A diffusion transformer (DiT) attends over one joint sequence: text tokens, the generated image's (or video's)
+patch tokens, and for editing and image-to-video models the tokens of reference images. Only the generated tokens
+form a grid that can be subsampled; text and reference tokens are kept whole, so that every query still sees all
+their keys. A `Layout` says, for one model class of one host (diffusers, ComfyUI, Forge Neo), where its
+transformer blocks are, which module runs a block's joint self-attention, and how one call's forward arguments
+place the generated grid in that sequence (`Tokens`). The algorithm that uses it is `tome_core.dit`'s, the same
+for every family.
+
+`find_layout(module)` picks the description for a model, by its class (and the classes it derives from) and the
+module that defines it; none matches a model ToMe does not handle, which `tome_core.apply_patch` then names.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Where one call's generated tokens sit in a joint attention sequence: `before` tokens (text, a kept first
+    frame), then the `grid` (frames, rows, columns) of generated patch tokens in raster order, then `after` tokens
+    (reference images, text placed last); `after` None: whatever follows the grid, its length not known before the
+    attention call. `text`: how many of the `before` tokens are text (an image stream without the text starts
+    `before - text` tokens ahead of the grid). `mergeable`: whether blocks may run on merged tokens in this call (not
+    while a ControlNet adds residuals per token)."""
+
+    before: int
+    grid: tuple[int, int, int]
+    after: int | None = 0
+    text: int = 0
+    mergeable: bool = True
+
+    @property
+    def generated(self) -> int:
+        return math.prod(self.grid)
+
+    def after_in(self, length: int) -> int | None:
+        """The tokens after the grid in a sequence of `length` tokens; None when such a sequence is not this one
+        (another attention in the same block: cross-attention to the text, an image-only refiner)."""
+        rest = length - self.before - self.generated
+        if rest < 0 or (self.after is not None and rest != self.after):
+            return None
+        return rest
+
+
+#: How a layout reads one call's `Tokens` from the model's forward arguments. `memo` keeps what was read back from
+#: a tensor (position ids), by the tensor's identity: a pipeline passes the same ids at every step.
+TokenReader = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], MutableMapping[Any, Any]], "Tokens | None"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of diffusion transformers presets resolve for: how users call it, and what it runs at."""
+
+    name: str  # the preset family: "flux", "wan", ...
+    label: str  # in users' words
+    models: str  # the checkpoints it covers
+    video: bool = False
+
+
+#: The DiT families, in the order the UIs list them.
+DIT_FAMILIES: tuple[Family, ...] = (
+    Family("flux", "Flux.1", "Flux.1 dev, schnell, Kontext, Krea"),
+    Family("chroma", "Chroma", "Chroma (the Flux.1 architecture, pruned, with attention masks)"),
+    Family("flux2", "Flux.2", "Flux.2 dev and Klein"),
+    Family("qwen", "Qwen-Image", "Qwen-Image and Qwen-Image-Edit"),
+    Family("zimage", "Z-Image", "Z-Image (Turbo) and Lumina 2"),
+    Family("sd3", "SD3.5", "Stable Diffusion 3 and 3.5"),
+    Family("wan", "Wan", "Wan 2.1 and 2.2, text- and image-to-video", video=True),
+)
+
+
+@dataclass(frozen=True)
+class BlockIO:
+    """How the blocks of one stack take and return the tokens, for running them on merged generated tokens: the
+    argument holding the tokens (a keyword, or a position), whether those hold the text ahead of the image (a joint
+    stream) or the image stream alone, the keyword of the rotary embedding of the joint sequence and its sequence
+    dimension, and where the tokens are in the block's output (an index into its tuple, None: the output itself)."""
+
+    tokens: str | int
+    joint: bool
+    rope: str
+    rope_dim: int
+    output: int | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One DiT family as one host implements it."""
+
+    family: str  # `Family.name`
+    host: str  # "diffusers", "ComfyUI", "Forge Neo"
+    module: str  # where the class is defined: a prefix of its `__module__`
+    classes: tuple[str, ...]  # the class, or a class it derives from
+    stacks: tuple[str, ...]  # attributes holding its transformer blocks (ModuleLists), in forward order
+    attention: str | None  # the block's submodule whose forward runs its joint self-attention; None: the block's own
+    tokens: TokenReader
+    timestep_max: float = 1.0  # the timestep it gets at the start of sampling (1: a sigma, 1000: a DDPM-style step)
+    io: tuple[BlockIO, ...] = ()  # per stack: how its blocks run on merged tokens (none: keys/values only)
+
+    def io_of(self, index: int, model: nn.Module) -> BlockIO | None:
+        """The `BlockIO` of the `index`-th block (forward order), or None when its stack cannot merge."""
+        if not self.io:
+            return None
+        for stack, io in zip(self.stacks, self.io):
+            count = len(getattr(model, stack, None) or ())
+            if index < count:
+                return io
+            index -= count
+        return None
+
+    def matches(self, module: nn.Module) -> bool:
+        return any(
+            cls.__name__ in self.classes and cls.__module__.startswith(self.module) for cls in type(module).__mro__
+        )
+
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The transformer blocks in forward order."""
+        return [block for name in self.stacks for block in getattr(model, name, None) or ()]
+
+    def attention_of(self, block: nn.Module) -> nn.Module:
+        return block if self.attention is None else getattr(block, self.attention)
+
+
+# ---------------------------------------------------------------------------------------------- reading the inputs
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _patch(model: nn.Module, default: int | Sequence[int]) -> tuple[int, ...]:
+    """The model's patch size: its own `patch_size` (an int, or (t, h, w)), diffusers' config, else `default`."""
+    config = getattr(model, "config", None)  # diffusers: its config (the attribute warns)
+    size = config.get("patch_size") if isinstance(config, dict) else None
+    if size is None:
+        size = getattr(model, "patch_size", None)
+    if size is None:
+        size = default
+    return tuple(size) if isinstance(size, (tuple, list)) else (size,)
+
+
+def _image_grid(x: Any, patch: int) -> tuple[int, int, int] | None:
+    """The patch grid of an image latent [B, C, H, W] (ComfyUI pads a ragged edge to whole patches)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        return None
+    return 1, -(-int(x.shape[-2]) // patch), -(-int(x.shape[-1]) // patch)
+
+
+def _length(x: Any) -> int | None:
+    return int(x.shape[1]) if isinstance(x, torch.Tensor) and x.dim() == 3 else None
+
+
+def _text_first_image(patch: int, context: str, context_index: int) -> TokenReader:
+    """Text tokens, then the image's, then any reference images' (Flux, Chroma, Qwen-Image in ComfyUI and Forge
+    Neo): an image latent [B, C, H, W] as the first argument, the text as `context`."""
+
+    def read(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+        grid = _image_grid(_arg(args, kwargs, 0, "x"), _patch(model, patch)[-1])
+        text = _length(_arg(args, kwargs, context_index, context))
+        if grid is None or text is None:
+            return None
+        return Tokens(text, grid, None, text, kwargs.get("control") is None)
+
+    return read
+
+
+def _ids_grid(ids: torch.Tensor, memo: MutableMapping[Any, Any]) -> tuple[int, int, int, int] | None:
+    """(offset, rows, columns, tokens) of the generated image among the packed tokens whose position ids are `ids`
+    ([L, A] or [B, L, A]; column 0 is 0 for the generated image and positive for references; the last two
+    columns before any extra axis are row and column).
+
+    The ids live on the device: this reads four numbers back once per ids tensor, which a pipeline makes once per
+    generation and passes at every step (`memo`), never once per call.
+    """
+    seen = memo.get(id(ids))
+    if seen is not None and seen[0]() is ids:  # by identity: tensors compare elementwise
+        return seen[1]
+    flat = ids[0] if ids.dim() == 3 else ids
+    rows_col, cols_col = (1, 2) if flat.shape[-1] == 3 else (flat.shape[-1] - 3, flat.shape[-1] - 2)
+    generated = flat[:, 0] == 0
+    first = torch.argmax(generated.to(torch.int32))
+    h = flat[:, rows_col].masked_fill(~generated, 0).amax() + 1
+    w = flat[:, cols_col].masked_fill(~generated, 0).amax() + 1
+    offset, rows, cols, count = (int(v) for v in torch.stack([first, h, w, generated.sum()]).to("cpu"))
+    found = (offset, rows, cols, count) if rows * cols == count else None
+    if len(memo) > 8:
+        memo.clear()  # ids of earlier generations
+    memo[id(ids)] = (weakref.ref(ids), found)
+    return found
+
+
+def _packed_with_ids(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' Flux.1, Chroma and Flux.2: packed tokens [B, L, C] of the image (and of reference images, before
+    or after it), text first, the grid read from `img_ids`."""
+    hidden = _arg(args, kwargs, 0, "hidden_states")
+    text = _length(kwargs.get("encoder_hidden_states"))
+    ids = kwargs.get("img_ids")
+    if _length(hidden) is None or text is None or not isinstance(ids, torch.Tensor):
+        return None
+    if kwargs.get("kv_cache_mode") == "cached":
+        return None  # Flux.2 injects cached reference keys between text and image: another sequence
+    found = _ids_grid(ids, memo)
+    if found is None:
+        return None
+    offset, rows, cols, count = found
+    control = any(kwargs.get(k) is not None for k in ("controlnet_block_samples", "controlnet_single_block_samples"))
+    return Tokens(text + offset, (1, rows, cols), _length(hidden) - offset - count, text, not control)
+
+
+def _packed_with_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' Qwen-Image: text first, then the packed image, then reference images; `img_shapes` lists each
+    sample's images as (frames, rows, columns) of patches, the generated one first."""
+    hidden = _arg(args, kwargs, 0, "hidden_states")
+    text = _length(kwargs.get("encoder_hidden_states"))
+    shapes = kwargs.get("img_shapes")
+    if _length(hidden) is None or text is None or not shapes:
+        return None
+    first = shapes[0][0] if isinstance(shapes[0], (list, tuple)) and isinstance(shapes[0][0], (list, tuple)) else None
+    if first is None or len(first) != 3:
+        return None
+    grid = (int(first[0]), int(first[1]), int(first[2]))
+    return Tokens(text, grid, _length(hidden) - math.prod(grid), text)
+
+
+def _image_then_text(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' SD3/SD3.5: the image latent [B, C, H, W], patch tokens first, the text after them."""
+    grid = _image_grid(_arg(args, kwargs, 0, "hidden_states"), _patch(model, 2)[-1])
+    text = _length(kwargs.get("encoder_hidden_states"))
+    return None if grid is None or text is None else Tokens(0, grid, text)
+
+
+def _video(keep_first: bool, x_name: str, extra: Callable[[dict[str, Any], int], tuple[int, int]]) -> TokenReader:
+    """A video latent [B, C, F, H, W]: its patch tokens alone (Wan's self-attention); with `keep_first`, the first
+    latent frame is kept whole (it holds the reference image of image-to-video, and Wan's VAE encodes it from one
+    frame where the others hold four). `extra(kwargs, frame)` gives the tokens of frames a host adds before and after
+    the latent's (a reference frame, frames concatenated in time)."""
+
+    def read(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+        x = _arg(args, kwargs, 0, x_name)
+        if not isinstance(x, torch.Tensor) or x.dim() != 5:
+            return None
+        pt, ph, pw = (_patch(model, (1, 2, 2)) * 3)[-3:]
+        t, h, w = (-(-int(n) // p) for n, p in zip(x.shape[-3:], (pt, ph, pw)))
+        before, after = extra(kwargs, h * w)
+        if keep_first and t > 1:
+            return Tokens(before + h * w, (t - 1, h, w), after)
+        return Tokens(before, (t, h, w), after)
+
+    return read
+
+
+def _no_extra(kwargs: dict[str, Any], frame: int) -> tuple[int, int]:
+    return 0, 0
+
+
+def _comfy_wan_extra(kwargs: dict[str, Any], frame: int) -> tuple[int, int]:
+    """ComfyUI's Wan: a reference latent becomes one frame ahead; `time_dim_concat` frames follow the video."""
+    concat = kwargs.get("time_dim_concat")
+    after = int(concat.shape[2]) * frame if isinstance(concat, torch.Tensor) and concat.dim() == 5 else 0
+    return (frame if kwargs.get("reference_latent") is not None else 0), after
+
+
+# ---------------------------------------------------------------------------------------------- the layouts
+
+_FLUX_STACKS_DIFFUSERS = ("transformer_blocks", "single_transformer_blocks")
+_FLUX_STACKS = ("double_blocks", "single_blocks")
+#: diffusers' Flux blocks take the image stream as `hidden_states` and return (text, image); the rotary embedding of
+#: the joint sequence is a (cos, sin) pair, sequence first.
+_FLUX_IO_DIFFUSERS = (BlockIO("hidden_states", False, "image_rotary_emb", 0, 1),) * 2
+#: ComfyUI's and Forge Neo's: the double blocks take `img` and return (img, txt); the single blocks take the joint
+#: stream [text, image, references] first and return it; `pe` is [B, 1, L, ...].
+_FLUX_IO = (BlockIO("img", False, "pe", 2, 0), BlockIO(0, True, "pe", 2, None))
+
+#: Every model class ToMe reduces, per host.
+LAYOUTS: tuple[Layout, ...] = (
+    # diffusers (the library's own host): joint attention in each block's `attn`, SDPA inside.
+    Layout(
+        "flux",
+        "diffusers",
+        "diffusers.",
+        ("FluxTransformer2DModel",),
+        _FLUX_STACKS_DIFFUSERS,
+        "attn",
+        _packed_with_ids,
+        io=_FLUX_IO_DIFFUSERS,
+    ),
+    Layout(
+        "chroma",
+        "diffusers",
+        "diffusers.",
+        ("ChromaTransformer2DModel",),
+        _FLUX_STACKS_DIFFUSERS,
+        "attn",
+        _packed_with_ids,
+    ),
+    Layout(
+        "flux2",
+        "diffusers",
+        "diffusers.",
+        ("Flux2Transformer2DModel",),
+        _FLUX_STACKS_DIFFUSERS,
+        "attn",
+        _packed_with_ids,
+    ),
+    Layout(
+        "qwen",
+        "diffusers",
+        "diffusers.",
+        ("QwenImageTransformer2DModel",),
+        ("transformer_blocks",),
+        "attn",
+        _packed_with_shapes,
+    ),
+    Layout(
+        "sd3",
+        "diffusers",
+        "diffusers.",
+        ("SD3Transformer2DModel",),
+        ("transformer_blocks",),
+        "attn",
+        _image_then_text,
+        1000.0,
+    ),
+    Layout(
+        "wan",
+        "diffusers",
+        "diffusers.",
+        ("WanTransformer3DModel",),
+        ("blocks",),
+        "attn1",
+        _video(True, "hidden_states", _no_extra),
+        1000.0,
+    ),
+    # ComfyUI: the attention function reads transformer_options' attention override (the adapter's).
+    Layout(
+        "flux",
+        "ComfyUI",
+        "comfy.ldm.flux",
+        ("Flux",),
+        _FLUX_STACKS,
+        None,
+        _text_first_image(2, "context", 2),
+        io=_FLUX_IO,
+    ),
+    Layout(
+        "chroma", "ComfyUI", "comfy.ldm.chroma", ("Chroma",), _FLUX_STACKS, None, _text_first_image(2, "context", 2)
+    ),
+    Layout(
+        "qwen",
+        "ComfyUI",
+        "comfy.ldm.qwen_image",
+        ("QwenImageTransformer2DModel",),
+        ("transformer_blocks",),
+        "attn",
+        _text_first_image(2, "context", 2),
+    ),
+    Layout(
+        "wan",
+        "ComfyUI",
+        "comfy.ldm.wan",
+        ("WanModel",),
+        ("blocks",),
+        "self_attn",
+        _video(True, "x", _comfy_wan_extra),
+        1000.0,
+    ),
+    # Forge Neo: SDPA inside `backend.attention.attention_function`.
+    Layout(
+        "flux",
+        "Forge Neo",
+        "backend.nn.",
+        ("IntegratedFluxTransformer2DModel",),
+        _FLUX_STACKS,
+        None,
+        _text_first_image(2, "context", 2),
+        io=_FLUX_IO,
+    ),
+    Layout(
+        "chroma",
+        "Forge Neo",
+        "backend.nn.chroma",
+        ("IntegratedChromaTransformer2DModel",),
+        _FLUX_STACKS,
+        None,
+        _text_first_image(2, "context", 2),
+    ),
+    Layout(
+        "qwen",
+        "Forge Neo",
+        "backend.nn.qwen",
+        ("QwenImageTransformer2DModel",),
+        ("transformer_blocks",),
+        "attn",
+        _text_first_image(2, "context", 2),
+    ),
+    Layout(
+        "wan",
+        "Forge Neo",
+        "backend.nn.wan",
+        ("WanModel",),
+        ("blocks",),
+        "self_attn",
+        _video(True, "x", _comfy_wan_extra),
+        1000.0,
+    ),
+)
+
+
+def find_layout(module: nn.Module) -> Layout | None:
+    """The description of `module`'s class, or None when ToMe does not know it as a diffusion transformer."""
+    return next((layout for layout in LAYOUTS if layout.matches(module)), None)
+
+
+def family(name: str) -> Family:
+    for known in DIT_FAMILIES:
+        if known.name == name:
+            return known
+    raise KeyError(name)
+
+
+def handled() -> str:
+    """The diffusion transformers ToMe reduces, in users' words, for messages."""
+    return ", ".join(f"{f.label} ({f.models})" for f in DIT_FAMILIES)
