@@ -108,7 +108,7 @@ def chroma() -> Tiny:
             "return_dict": False,
         }
 
-    return Tiny("flux", build, inputs, TEXT, (1, H, W), 0)
+    return Tiny("chroma", build, inputs, TEXT, (1, H, W), 0)
 
 
 def flux2() -> Tiny:

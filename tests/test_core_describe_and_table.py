@@ -71,7 +71,12 @@ def test_describe_layout_of_no_blocks_is_empty() -> None:
 
 
 #: How the table names each reference in its cells.
-SHORT = {"tomesd's default": "tomesd's", "ToDo's default": "ToDo's"}
+SHORT = {
+    "tomesd's default": "tomesd's",
+    "ToDo's default": "ToDo's",
+    "keys/values 2×2 in every block": "kv 2×2 everywhere",
+    "dropping steps for the same time": "fewer steps",
+}
 
 
 def expected(name: str, family: str) -> list[str]:
@@ -85,6 +90,7 @@ def expected(name: str, family: str) -> list[str]:
     if held is None:
         return [speed, "-"]
     ratio = held.change if held.generation is None else held.generation
+    assert ratio is not None
     return [speed, f"{ratio:.2f}\u00d7 {SHORT[held.reference]}"]
 
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from dit_models import TINY, Tiny, run
 from torch import fx, nn
 from torch.overrides import TorchFunctionMode
 
 import tome_core
 from tome_core.merge import kv_index
+
+from dit_models import TINY, Tiny, run
 
 NAMES = tuple(TINY)
 
@@ -157,7 +158,7 @@ def test_compiled_fullgraph_one_graph_per_sampling_equal_to_eager(name: str, fre
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"mode": "merge"}, "TomeConfig.mode"),
+        ({"mode": "merge"}, "TomeConfig.ratio=0.5"),
         ({"ratio": 0.3}, "TomeConfig.ratio"),
         ({"merge_mlp": True}, "TomeConfig.merge_mlp"),
         ({"max_downsample": 2}, "TomeConfig.max_downsample"),

@@ -104,12 +104,8 @@ def test_builtin_applied_anyway_is_taken_off_without_the_epsilon_scaling(
 
 #: The family each reduced engine's presets resolve for: Neo builds Flux.2 with its Flux.1 class, the adapter knows.
 FAMILY = {neo.Flux: "flux", neo.Flux2: "flux2", neo.Chroma: "chroma", neo.Wan: "wan", neo.QwenImage: "qwen"}
-#: Forge Neo's Qwen-Image takes the Wan VAE's [B, C, 1, H, W] latent, which the core's Forge Neo layout does not
-#: read yet (it reads [B, C, H, W]): /work/briefs/webui-needs.md. Remove the mark when the core reads it.
-QWEN_5D = pytest.mark.xfail(
-    reason="tome_core's Forge Neo Qwen-Image layout reads a 4-D latent; Neo's is 5-D (webui-needs.md)", strict=True
-)
-REDUCED = [pytest.param(e, marks=QWEN_5D) if e is neo.QwenImage else e for e in neo.REDUCED_ENGINES]
+#: Forge Neo's Qwen-Image takes the Wan VAE's [B, C, 1, H, W] latent (the core's layout reads it as one frame).
+REDUCED = list(neo.REDUCED_ENGINES)
 
 
 def module_of(engine: Any) -> torch.nn.Module:

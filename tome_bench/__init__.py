@@ -7,15 +7,18 @@
     python -m tome_bench compare      # ours at --ratios (--set, --ours) beside tomesd, one UNet call each
     python -m tome_bench peers --steps 10 --peers all --presets all   # whole generations beside every peer
     python -m tome_bench fidelity     # the presets beside tomesd's and ToDo's defaults on the stand-ins
-    python -m tome_bench estimate     # what each preset is expected to gain on a GPU (--write: the speed table)
+    python -m tome_bench estimate     # what each preset is expected to gain on a GPU (--write: the speed table;
+                                      # --dit: the diffusion transformers' full-size configs)
+    python -m tome_bench dit-fidelity # the DiT presets beside the naive port and fewer steps on DiT stand-ins
     python -m tome_bench gpu-job      # on a GPU: busy time, wall clocks eager/compiled/CUDA graphs, memory
     python -m tome_bench calibrate OUT/gpu.json --fit    # the GPU estimate's cost model fitted to a GPU job
     python -m tome_bench images --checkpoint FILE         # your checkpoint, unpatched and at each preset: a grid
 
 Shared once: `options` (the options, `Options`, result rows, the spread), `run` (variants, round-robin rounds,
 one UNet call), `generate` (pipelines and whole generations), `timing` (the timed call and the clocks), `report`
-(tables, plot, reports), `archs` (the SD1.5/SDXL configs, random weights, checkpoints, inputs), `ops` (the aten
-operation counter), `gpu_estimate` (the meta trace and the cost model), `standin` (trained-like attention).
+(tables, plot, reports), `archs` (the SD1.5/SDXL configs, random weights, checkpoints, inputs), `dit_archs` (the
+diffusion transformers' full-size configs and inputs), `ops` (the aten operation counter), `gpu_estimate` (the meta
+trace and the cost model), `standin` and `dit_standin` (trained-like attention).
 Weights are random unless a checkpoint is named; tomesd and the other peers are optional. The library never
 imports this package, and importing it loads nothing but this file.
 
@@ -35,6 +38,7 @@ JOBS = {
     "compare": "compare",
     "peers": "peers",
     "fidelity": "fidelity",
+    "dit-fidelity": "dit_standin",
     "estimate": "estimate",
     "gpu-job": "gpu_job",
     "calibrate": "calibrate",

@@ -272,6 +272,27 @@ DIT_ARCHS: dict[str, DitArch] = {
         ),
     )
 }
+#: A Flux.1 of two blocks a stream, for the GPU job's dry run on a CPU.
+DIT_ARCHS["flux-tiny"] = DitArch(
+    "flux-tiny",
+    "flux",
+    "tiny Flux.1",
+    "FluxTransformer2DModel",
+    {
+        "patch_size": 1,
+        "in_channels": 64,
+        "num_layers": 2,
+        "num_single_layers": 2,
+        "attention_head_dim": 16,
+        "num_attention_heads": 2,
+        "joint_attention_dim": 32,
+        "pooled_projection_dim": 16,
+        "axes_dims_rope": (4, 6, 6),
+    },
+    _packed(64, 8, 32, 3, 16, False),
+    1,
+    ((128, 128, 1),),
+)
 #: The architecture whose figures stand for each family in the speed table.
 TABLE_ARCH: dict[str, str] = {
     "flux": "flux-dev",
@@ -332,3 +353,23 @@ def estimate_rows(
                 )
             )
     return out
+
+
+#: A video case's size is its height: its width and frames are the ones users run (480p, 720p; 81 frames).
+VIDEO_SIZES = {480: (832, 480, 81), 720: (1280, 720, 81)}
+
+
+def device_model(name: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """`name`'s full-size model with random weights made on `device` (for the GPU job: no download, seconds)."""
+    model = DIT_ARCHS[name].build("meta", dtype).to_empty(device=device)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    return model
+
+
+def device_inputs(name: str, size: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple[Any, ...], dict]:
+    """((), keyword arguments) of one call of `name` at `size` px (a video: its height, `VIDEO_SIZES`)."""
+    arch = DIT_ARCHS[name]
+    full = VIDEO_SIZES[size] if arch.family == "wan" else (size, size, 1)
+    return (), arch.inputs(full, device, dtype)

@@ -9,7 +9,7 @@ follow both are set so that a logit is `LOGIT_SCALE * sharpness` times the cosin
 projected features, the scale the UNet stand-ins are fitted at (tome_bench.standin). Nothing here is fitted to a
 trained DiT (none can be downloaded here): docs/fidelity.md says what is unknown.
 
-The panel (`python -m tome_bench.dit_standin`): per family (Flux.1, Wan) and variant (random, stand-in, sharper,
+The panel (`python -m tome_bench dit-fidelity`): per family (Flux.1, Wan) and variant (random, stand-in, sharper,
 softer), how much each preset changes the output beside the references a DiT user can reproduce: the naive port
 (keys/values subsampled 2x2 in every block) and a step saving users accept (the same generation with fewer steps,
 as many fewer as save no more time than the preset: `ceil(steps / speed-up)`), one call and whole generations
@@ -274,7 +274,7 @@ def panel(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tome_bench.dit_standin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tome_bench dit-fidelity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default="flux,wan", help="comma-separated: flux, wan (default both)")
     parser.add_argument("--steps", type=int, default=12, help="steps of a whole generation (default 12)")
     parser.add_argument("--seeds", type=int, default=2, help="samples averaged per figure (default 2)")

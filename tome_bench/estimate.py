@@ -245,6 +245,11 @@ def measured_rows(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[st
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tome_bench estimate", description=__doc__.split("\n\n")[0])
     p.add_argument("--write", action="store_true", help="write the speed table tome_core/speed_table.json instead")
+    p.add_argument(
+        "--dit",
+        action="store_true",
+        help="the diffusion transformers' full-size configs instead (tome_bench.dit_archs; about 20 minutes on 2 cores)",
+    )
     sizes = ", ".join(f"{archs.get_arch(a).label} {'/'.join(map(str, s))}" for a, s in GRID.items())
     defaults = {"arch": "sd15,sdxl", "sizes": sizes, "presets": "all"}
     return options.add(p, "arch", "sizes", "presets", "gpu", "tomesd-max-downsample", defaults=defaults)
@@ -261,6 +266,8 @@ def main(argv: Sequence[str]) -> int:
         return a, names, {n: [h for h, _ in sizes] for n, sizes in asked.items()}
 
     a, names, sizes = options.parse(build_parser(), argv, make)
+    if a.dit:
+        return dit_estimate(a.write, a.gpu)
     if a.write:
         write_table(*table_rows([archs.get_arch(n) for n in names] if a.arch else None, a.gpu))
         print(f"wrote {SPEED_TABLE}")
@@ -272,4 +279,28 @@ def main(argv: Sequence[str]) -> int:
     print(format_table(est, idle) + "\n\n" + explanation(a.gpu))
     print("\n".join(f"note: {idle_note(arch, a.tomesd_max_downsample)}" for arch in idle))
     print(f"note: {why}" if tomesd is None else "", end="")
+    return 0
+
+
+def dit_estimate(write: bool, gpu: str = "h200") -> int:
+    """Every preset on each diffusion transformer family's full-size config (`dit_archs.TABLE_ARCH`) at its table
+    sizes: printed, or written into the speed table (batch as the family samples)."""
+    from tome_bench import dit_archs
+
+    spec, rows, sources = GPUS[gpu], [], {}
+    print("| family | size | batch | preset | less GPU time | launching ops added |\n|---|---|---:|---|---:|---:|")
+    for family, name in dit_archs.TABLE_ARCH.items():
+        arch = dit_archs.DIT_ARCHS[name]
+        key = f"{gpu}-estimate-{spec.fitted}-batch{arch.batch}"
+        what = ESTIMATED.format(batch=arch.batch, gpu=spec.name.removeprefix("NVIDIA "), date=spec.fitted)
+        sources[key] = {"device": spec.name, "measured": False, "what": what}
+        for size in arch.sizes:
+            for r in dit_archs.estimate_rows(arch, options.preset_names(), gpu, [size]):
+                size_text = f"{size[0]}x{size[1]}" + (f"x{size[2]}" if size[2] > 1 else "")
+                print(f"| {family} | {size_text} | {arch.batch} | {r.variant} | {r.speedup:.3f} | {r.ops_added:+.1%} |")
+                row = {"family": family, "preset": r.variant, "width": size[0], "height": size[1], "frames": size[2]}
+                rows.append(row | {"speedup": round(r.speedup, 3), "source": key})
+    if write:
+        write_table(sources, rows)
+        print(f"wrote {SPEED_TABLE}")
     return 0

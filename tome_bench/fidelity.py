@@ -25,7 +25,10 @@ TOP_LEVEL = {"sd": 1, "sdxl": 2}
 
 def references(family: str) -> dict[str, dict[str, Any]]:
     """name -> TomeConfig fields of each reference at `family`'s first level with attention, in our core (ToDo's
-    subsampling as our 2x2 average pooling, the same cost on a GPU)."""
+    subsampling as our 2x2 average pooling, the same cost on a GPU); on a diffusion transformer the naive port
+    (keys/values 2x2 in every block)."""
+    if family not in TOP_LEVEL:
+        return {"ref-naive-port": {"mode": "kv", "sx": 2, "sy": 2}}
     top = TOP_LEVEL[family]
     level = {"min_downsample": top, "max_downsample": top}
     return {

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tome_bench import archs, options
+from tome_bench import archs, dit_archs, options
 
 #: Above this spread a row is timed again, and then unreliable.
 SPREAD = 0.05
@@ -49,7 +49,7 @@ MODES = ("eager", "compiled", "cudagraphs")
 #: torch.compile's mode per compiled mode.
 COMPILE_MODES = {"compiled": "default", "cudagraphs": "reduce-overhead"}
 #: What a compile takes before one has been measured (s, per family; the H200 runs of 2026-11-26/27: 50-120 s).
-COMPILE_GUESS_S = {"sd": 70.0, "sdxl": 120.0}
+COMPILE_GUESS_S = {"sd": 70.0, "sdxl": 120.0, "flux": 240.0, "wan": 150.0}
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
 
 
@@ -82,8 +82,18 @@ class Case:
         return archs.make_inputs(self.arch, self.size, dtype=dtype, device=device, latent_kind="natural")
 
 
-CASES = (Case("sd15", 512), Case("sd15", 1024), Case("sdxl", 1024), Case("sdxl", 1536))
-DRY_CASES = (Case("tiny", 64), Case("tiny-xl", 64))
+#: The diffusion transformers the job runs (random weights made on the GPU, tome_bench.dit_archs): Flux.1-dev at
+#: 1024 px and Wan 2.1 1.3B at 480p (81 frames), at the batch each family samples with.
+DIT_CASES = (
+    Case("flux-dev", 1024, dit_archs.device_model, dit_archs.device_inputs, "flux"),
+    Case("wan-1.3b", 480, dit_archs.device_model, dit_archs.device_inputs, "wan"),
+)
+CASES = (Case("sd15", 512), Case("sd15", 1024), Case("sdxl", 1024), Case("sdxl", 1536), *DIT_CASES)
+DRY_CASES = (
+    Case("tiny", 64),
+    Case("tiny-xl", 64),
+    Case("flux-tiny", 128, dit_archs.device_model, dit_archs.device_inputs, "flux"),
+)
 
 
 @dataclass(frozen=True)
@@ -532,7 +542,10 @@ def main(argv: Sequence[str], device: Device | None = None) -> int:
         return 2
     device = device or (dry_device() if a.dry_run else cuda_device())
     cases = DRY_CASES if a.dry_run else CASES
-    cases = tuple(Case(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")) if a.cases else cases
+    known = {(c.arch, c.size): c for c in (*CASES, *DRY_CASES)}
+    if a.cases:
+        asked = [(c.split(":")[0], int(c.split(":")[1])) for c in a.cases.split(",")]
+        cases = tuple(known.get(key, Case(*key)) for key in asked)
     candidates = json.loads(a.candidates.read_text()) if a.candidates else {}
     modes = options.names(a.modes, MODES, "--modes")
     job = Job(device, cases, modes, a.budget_s, a.out, a.rounds, a.calls, candidates=candidates)

@@ -106,7 +106,6 @@ FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
     "chroma": frozenset({"Chroma"}),
     "flux2": frozenset({"Flux2"}),
     "qwen": frozenset({"QwenImage"}),
-    "zimage": frozenset({"ZImage", "Lumina2"}),
     "sd3": frozenset({"SD3"}),
     "wan": frozenset({"WAN21_T2V", "WAN22_T2V", "WAN22"}),
 }

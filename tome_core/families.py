@@ -73,7 +73,6 @@ DIT_FAMILIES: tuple[Family, ...] = (
     Family("chroma", "Chroma", "Chroma (the Flux.1 architecture, pruned, with attention masks)"),
     Family("flux2", "Flux.2", "Flux.2 dev and Klein"),
     Family("qwen", "Qwen-Image", "Qwen-Image and Qwen-Image-Edit"),
-    Family("zimage", "Z-Image", "Z-Image (Turbo) and Lumina 2"),
     Family("sd3", "SD3.5", "Stable Diffusion 3 and 3.5"),
     Family("wan", "Wan", "Wan 2.1 and 2.2, text- and image-to-video", video=True),
 )
@@ -106,6 +105,7 @@ class Layout:
     tokens: TokenReader
     timestep_max: float = 1.0  # the timestep it gets at the start of sampling (1: a sigma, 1000: a DDPM-style step)
     io: tuple[BlockIO, ...] = ()  # per stack: how its blocks run on merged tokens (none: keys/values only)
+    when: Callable[[nn.Module], bool] | None = None  # where one host class serves two families: which is this one
 
     def io_of(self, index: int, model: nn.Module) -> BlockIO | None:
         """The `BlockIO` of the `index`-th block (forward order), or None when its stack cannot merge."""
@@ -119,6 +119,8 @@ class Layout:
         return None
 
     def matches(self, module: nn.Module) -> bool:
+        if self.when is not None and not self.when(module):
+            return False
         return any(
             cls.__name__ in self.classes and cls.__module__.startswith(self.module) for cls in type(module).__mro__
         )
@@ -150,10 +152,12 @@ def _patch(model: nn.Module, default: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def _image_grid(x: Any, patch: int) -> tuple[int, int, int] | None:
-    """The patch grid of an image latent [B, C, H, W] (ComfyUI pads a ragged edge to whole patches)."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+    """The patch grid of an image latent [B, C, H, W], or [B, C, F, H, W] with F frames patched one by one (Qwen-Image
+    in ComfyUI and Forge Neo takes the Wan VAE's latent of one frame); a ragged edge is padded to whole patches."""
+    if not isinstance(x, torch.Tensor) or x.dim() not in (4, 5):
         return None
-    return 1, -(-int(x.shape[-2]) // patch), -(-int(x.shape[-1]) // patch)
+    frames = int(x.shape[2]) if x.dim() == 5 else 1
+    return frames, -(-int(x.shape[-2]) // patch), -(-int(x.shape[-1]) // patch)
 
 
 def _length(x: Any) -> int | None:
@@ -374,7 +378,18 @@ LAYOUTS: tuple[Layout, ...] = (
         _video(True, "x", _comfy_wan_extra),
         1000.0,
     ),
-    # Forge Neo: SDPA inside `backend.attention.attention_function`.
+    # Forge Neo: SDPA inside `backend.attention.attention_function`. Its Flux.1 class also builds Flux.2 (with the
+    # modulation shared by every block: `global_modulation`).
+    Layout(
+        "flux2",
+        "Forge Neo",
+        "backend.nn.flux",
+        ("IntegratedFluxTransformer2DModel",),
+        _FLUX_STACKS,
+        None,
+        _text_first_image(2, "context", 2),
+        when=lambda model: bool(getattr(model, "global_modulation", False)),
+    ),
     Layout(
         "flux",
         "Forge Neo",

@@ -4,7 +4,8 @@ Modules:
     params     the script args: positional order (`ARG_NAMES`), the dict form, speed presets, parsing into a `TomeJob`
     infotext   the infotext key table (`KEYS`), writing, and reading back into the controls
     lifecycle  applying/removing the patch per pass, the built-in token merging, the callbacks (one for every host)
-    hosts      one adapter per host (A1111; Forge 2, reForge, Forge Classic): the UNet and the built-in on a model
+    hosts      one adapter per host (A1111; Forge 2/Neo, reForge, Forge Classic; SD.Next): the UNet or diffusion
+               transformer ToMe patches, its family, and the built-in on a model
     report     the "ToMe note": blocks that really merged per pass against those the config selects, and why
     ui         the accordion (`build`) and the element ids (`ELEM_ITEMS`)
     api        the HTTP 422 check of API requests (`TomeRequestValidator`)
