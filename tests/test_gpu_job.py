@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import tome_bench
-from tome_bench import calibrate, estimate, gpu_job, options
+from tome_bench import calibrate, dit_archs, estimate, gpu_job, options
 from tome_bench.gpu_job import Case, Device, Job, Stop, Timed
 
 CASE = Case("tiny", 32)
@@ -197,27 +197,30 @@ def test_disturbed_profiles_of_older_runs_are_told_by_their_untouched_operations
 def test_the_speed_table_holds_every_family_preset_and_size_in_order() -> None:
     data = json.loads(estimate.SPEED_TABLE.read_text())
     assert data["about"].startswith("written by `python -m tome_bench estimate --write`")
-    source = data["sources"]["h200-estimate-2026-11-27"]
-    assert source == {
-        "device": "NVIDIA H200",
-        "measured": False,
-        "what": estimate.ESTIMATED.format(batch=2, gpu="H200", date="2026-11-27"),
+    gpu = {"device": "NVIDIA H200", "measured": False}
+    assert data["sources"] == {
+        "h200-estimate-2026-11-27": gpu | {"what": estimate.ESTIMATED.format(batch=2, gpu="H200", date="2026-11-27")},
+        **{
+            f"h200-estimate-2026-11-27-batch{b}": gpu
+            | {"what": estimate.ESTIMATED.format(batch=b, gpu="H200", date="2026-11-27")}
+            for b in (1, 2)
+        },
     }
     presets = options.preset_names()
-    expected = [
-        (arch.family, preset, size)
-        for arch in sorted((a for a in tome_bench.archs.ARCHS.values() if a.table_sizes), key=lambda a: a.family)
-        for preset in presets
-        for size in arch.table_sizes
-    ]
-    assert [(r["family"], r["preset"], r["width"]) for r in data["rows"]] == expected
+    unets = [a for a in tome_bench.archs.ARCHS.values() if a.table_sizes]
+    sizes = {a.family: [(s, s, 1) for s in a.table_sizes] for a in unets}
+    dits = {family: dit_archs.DIT_ARCHS[name] for family, name in dit_archs.TABLE_ARCH.items()}
+    sizes |= {family: list(arch.sizes) for family, arch in dits.items()}
+    expected = [(family, preset, *size) for family in sorted(sizes) for preset in presets for size in sizes[family]]
+    assert [(r["family"], r["preset"], r["width"], r["height"], r["frames"]) for r in data["rows"]] == expected
     for r in data["rows"]:
-        assert r["height"] == r["width"] and r["frames"] == 1 and r["source"] in data["sources"]
+        batch = dits[r["family"]].batch if r["family"] in dits else None
+        assert r["source"] == "h200-estimate-2026-11-27" + (f"-batch{batch}" if batch else "")
         assert r["speedup"] == round(r["speedup"], 3) and 1.0 < r["speedup"] < 5.0
     # the estimate at the sizes the presets were chosen at rises from Quality to Fastest
-    for family in ("sd", "sdxl"):
-        at = [r["speedup"] for r in data["rows"] if r["family"] == family and r["width"] == 1024]
-        assert at == sorted(at), (family, at)
+    for family, width in {"sd": 1024, "sdxl": 1024, **{f: a.sizes[0][0] for f, a in dits.items()}}.items():
+        at = [r["speedup"] for r in data["rows"] if r["family"] == family and r["width"] == width]
+        assert len(at) == len(presets) and at == sorted(at), (family, at)
 
 
 def test_the_speed_table_is_deterministic_and_measured_rows_replace_estimated_ones(tmp_path: Path) -> None:

@@ -235,13 +235,12 @@ def changes(
 
 def relation_patches(family: str) -> dict[str, Patch]:
     """The variants of the published relations (`standin.TARGETS` and tomesd's ablation), at `family`'s first level
-    with attention and below it."""
+    with attention and below it; tomesd's and ToDo's defaults (`reference_patches`) are two of them."""
     top = TOP_LEVEL[family]
     return {
         "ToMe 0.75, top level": lambda unet: tomesd_patch(unet, ratio=0.75, max_downsample=top),
-        "ToDo 2x2, top level": lambda unet: todo(unet, 2, levels=(top,)),
         "ToDo 3x3, top level": lambda unet: todo(unet, 3, levels=(top,)),
-        "ToMe 0.5, top level": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=top),
+        **reference_patches(family),
         "ToMe 0.5, two levels": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=2 * top),
         "ToMe 0.5, every level": lambda unet: tomesd_patch(unet, ratio=0.5, max_downsample=8),
         "ToMe 0.5, every level, +cross-attention +MLP": lambda unet: tomesd_patch(unet, **_EVERY, merge_mlp=True),
@@ -253,7 +252,7 @@ _EVERY = {"ratio": 0.5, "max_downsample": 8, "merge_crossattn": True}
 
 def relations(changed: Mapping[str, float]) -> dict[str, float]:
     """The fitted relations (`standin.TARGETS`: ratios of mean squared change) from `relation_patches`' changes."""
-    todo2 = changed["ToDo 2x2, top level"]
+    todo2 = changed["ToDo's default"]
     return {
         "tome.75/todo2": (changed["ToMe 0.75, top level"] / todo2) ** 2,
         "todo3/todo2": (changed["ToDo 3x3, top level"] / todo2) ** 2,

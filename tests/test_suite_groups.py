@@ -1,0 +1,40 @@
+"""`make test` runs two pytest-xdist workers with --dist loadgroup: the tests of one `xdist_group` (the browser
+tests, the GPU-budget traces, the stand-in fidelity) must run in one worker, which builds what they share once.
+
+pytest 9.2 keeps a node's id in `_id`, where pytest-xdist 3.8 appends the group to `_nodeid`: every group was then
+spread over both workers and each built its shared models and traces again (the suite took minutes longer). This
+runs the pinned pair on a file of its own, as `make test` runs them.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+GROUPED = """
+import pytest
+
+pytestmark = pytest.mark.xdist_group("together")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_grouped(n):
+    pass
+"""
+
+
+def test_the_tests_of_one_group_run_in_one_worker(tmp_path: Path) -> None:
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "test_free.py").write_text("def test_free():\n    pass\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers = set(re.findall(r"\[(gw\d+)\].*PASSED test_grouped\.py", run.stdout))
+    assert len(workers) == 1, run.stdout
