@@ -35,7 +35,7 @@ from torch.utils.hooks import RemovableHandle
 from tome_core.compat import eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
-from tome_core.hooks import Hook
+from tome_core.hooks import Hook, uninstall, unmark
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_index, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
 
@@ -131,15 +131,10 @@ def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callab
 
 
 def remove(state: DitState) -> None:
-    _unmark(state)
     state.tokens = None
     state.carry = None
     state.running = None
-    for handle in state.handles:
-        handle.remove()
-    state.handles.clear()
-    for hook in reversed(state.hooks):
-        hook.uninstall()
+    uninstall(state)
 
 
 def _pre_hook(state: DitState) -> Callable[..., None]:
@@ -148,7 +143,7 @@ def _pre_hook(state: DitState) -> Callable[..., None]:
         state.carry = None
         state.unet_calls += 1
         x = args[0] if args else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
-        _unmark(state)
+        unmark(state)
         if isinstance(x, torch.Tensor):
             state.unmark = static_sizes(x)
         if not _active(state, args, kwargs):
@@ -163,15 +158,9 @@ def _post_hook(state: DitState) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         state.tokens = None
         state.carry = None
-        _unmark(state)
+        unmark(state)
 
     return hook
-
-
-def _unmark(state: DitState) -> None:
-    if state.unmark is not None:
-        state.unmark, unmark = None, state.unmark
-        unmark()
 
 
 def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

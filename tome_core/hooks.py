@@ -49,3 +49,22 @@ class Hook:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
+
+
+def unmark(state: Any) -> None:
+    """Undo the mark a patch state's call put on the latent (`state.unmark`), once; a call that raised leaves it."""
+    if state.unmark is not None:
+        state.unmark, undo = None, state.unmark
+        undo()
+
+
+def uninstall(state: Any) -> None:
+    """Take a patch state's module hooks (`state.handles`) and installed forwards (`state.hooks`, the last installed
+    first) away, after undoing a mark a failed call left."""
+    unmark(state)
+    for handle in state.handles:
+        handle.remove()
+    state.handles.clear()
+    for hook in reversed(state.hooks):
+        hook.uninstall()
+    state.hooks.clear()

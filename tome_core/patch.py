@@ -49,7 +49,7 @@ from tome_core.dit import check_config as check_dit_config
 from tome_core.dit import reduce as reduce_dit
 from tome_core.dit import remove as remove_dit
 from tome_core.families import family, find_layout, handled
-from tome_core.hooks import Hook
+from tome_core.hooks import Hook, uninstall, unmark
 from tome_core.merge import (
     BandMatch,
     BandMerge,
@@ -356,14 +356,8 @@ def remove_patch(model: Any) -> Any:
     if isinstance(state, DitState):
         remove_dit(state)
     elif state is not None:
-        _unmark(state)  # a call that raised left its latent marked
         state.call = None
-        for handle in state.handles:
-            handle.remove()
-        state.handles.clear()
-        for hook in reversed(state.hooks):
-            hook.uninstall()
-        state.hooks.clear()
+        uninstall(state)
     return model
 
 
@@ -583,7 +577,7 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
         if not isinstance(x, torch.Tensor) or x.dim() < 3:
             return  # not a latent: nothing to merge over
         latent = (int(x.shape[-2]), int(x.shape[-1]))
-        _unmark(state)
+        unmark(state)
         state.unmark = static_sizes(x)
         if latent != state.latent:
             state.latent = latent
@@ -607,19 +601,13 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
 def _unet_post_hook(state: _State) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         state.call = None  # nothing of this call kept alive until the next
-        _unmark(state)
+        unmark(state)
 
     return hook
 
 
 def _timestep_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
-
-
-def _unmark(state: _State) -> None:
-    if state.unmark is not None:
-        state.unmark, unmark = None, state.unmark
-        unmark()
 
 
 def _call_partition(state: _State, call: _Call, level: int, device: torch.device) -> Partition:

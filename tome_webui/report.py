@@ -49,12 +49,13 @@ def _levels(levels: frozenset[int]) -> str:
 
 
 def explain(report: PassReport) -> str | None:
-    """Why fewer blocks merged than the config selects, with the counts; None when all of them did."""
-    s = report.stats
-    if report.transformer:
-        return _explain_transformer(report)
-    verb = "pooled keys/values in" if s.mode == "kv" else "merged in"
+    """Why fewer blocks merged than the config selects, with the counts; None when all of them did. A diffusion
+    transformer's blocks have no levels: its window selects them, and its attention kernel may be another's."""
+    s, dit = report.stats, report.transformer
+    verb = "subsampled keys/values in" if dit else "pooled keys/values in" if s.mode == "kv" else "merged in"
     if s.selected == 0:
+        if dit:
+            return f"{verb} 0 of {s.total} blocks (the block window selects none of this model's blocks)"
         return (
             f"{verb} 0 of 0 blocks (no transformer block at the selected downsampling levels "
             f"{_levels(s.levels)}; this model has them at {_levels(s.block_levels)}: try max downsample auto)"
@@ -63,8 +64,8 @@ def explain(report: PassReport) -> str | None:
         if report.steps == 0:
             return None  # the pass did not sample (or the host does not say): nothing to compare
         return (
-            f"{verb} 0 of {s.selected} blocks (the UNet ran without ToMe's hooks: another extension replaced its "
-            f"forward, or {STALE_GRAPH})"
+            f"{verb} 0 of {s.selected} blocks (the {'model' if dit else 'UNet'} ran without ToMe's hooks: another"
+            f" extension replaced its forward, or {STALE_GRAPH})"
         )
     if s.applied >= s.selected:
         return None
@@ -74,6 +75,8 @@ def explain(report: PassReport) -> str | None:
             reasons.append(f"the blocks ran without ToMe's hooks: another extension replaced them, or {STALE_GRAPH}")
         elif s.active_calls == 0:
             reasons.append("the step window excluded every step")
+        elif dit:
+            reasons.append("the model's inputs did not show where the image's tokens are")
         elif s.grid_misses:
             reasons.append("their token count did not fit the latent size")
         elif s.mode == "merge":
@@ -81,39 +84,13 @@ def explain(report: PassReport) -> str | None:
         else:
             reasons.append("no token grid at this size")
     if s.reached < s.planned:
-        reasons.append("attention replaced by another extension")
+        reasons.append(OTHER_KERNEL if dit else "attention replaced by another extension")
     if s.applied < s.reached:
-        reasons.append("tokens changed by another extension before ToMe")
-    return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
-
-
-def _explain_transformer(report: PassReport) -> str | None:
-    """`explain` for a diffusion transformer: its blocks, the block window and the attention kernel."""
-    s = report.stats
-    verb = "subsampled keys/values in"
-    if s.selected == 0:
-        return f"{verb} 0 of {s.total} blocks (the block window selects none of this model's blocks)"
-    if s.unet_calls == 0:
-        if report.steps == 0:
-            return None
-        return (
-            f"{verb} 0 of {s.selected} blocks (the model ran without ToMe's hooks: another extension replaced its"
-            f" forward, or {STALE_GRAPH})"
+        reasons.append(
+            "their token count did not fit the latent size"
+            if dit
+            else "tokens changed by another extension before ToMe"
         )
-    if s.applied >= s.selected:
-        return None
-    reasons = []
-    if s.planned < s.selected:
-        if s.block_calls == 0:
-            reasons.append(f"the blocks ran without ToMe's hooks: another extension replaced them, or {STALE_GRAPH}")
-        elif s.active_calls == 0:
-            reasons.append("the step window excluded every step")
-        else:
-            reasons.append("the model's inputs did not show where the image's tokens are")
-    if s.reached < s.planned:
-        reasons.append(OTHER_KERNEL)
-    if s.applied < s.reached:
-        reasons.append("their token count did not fit the latent size")
     return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
 
 

@@ -75,7 +75,7 @@ def main() -> None:
         guidance_embed=True,
     )
     clip = IntegratedCLIP(
-        CLIPTextModel, CLIPTextConfig.from_pretrained(repo / "text_encoder"), add_text_projection=True
+        CLIPTextModel, CLIPTextConfig.from_json_file(repo / "text_encoder" / "config.json"), add_text_projection=True
     )
     t5_config = json.loads((repo / "text_encoder_2" / "config.json").read_text())
     t5 = IntegratedT5({**t5_config, "num_layers": options.t5_layers})
