@@ -21,6 +21,7 @@ class Tiny:
     before: int  # tokens ahead of the generated grid in the joint attention sequence (text first)
     grid: tuple[int, int, int]
     after: int  # tokens after it (reference images; text placed last)
+    first: int = 0  # the attention call of the first block ToMe reduces (after any text- or image-only refiners)
 
 
 TEXT = 7  # text tokens of every tiny model
@@ -176,6 +177,76 @@ def qwen(edit: bool = False) -> Tiny:
     return Tiny("qwen", build, inputs, TEXT, (1, H, W), ref)
 
 
+def zimage() -> Tiny:
+    from diffusers import ZImageTransformer2DModel
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return ZImageTransformer2DModel(
+            all_patch_size=(2,),
+            all_f_patch_size=(1,),
+            in_channels=4,
+            dim=32,
+            n_layers=2,
+            n_refiner_layers=1,
+            n_heads=2,
+            n_kv_heads=2,
+            cap_feat_dim=32,
+            axes_dims=[4, 6, 6],
+            axes_lens=[64, 32, 32],
+        ).eval()
+
+    def inputs(seed: int) -> dict[str, Any]:
+        g = _gen(seed)
+        return {
+            "x": [torch.randn(4, 1, 2 * H, 2 * W, generator=g) for _ in range(2)],
+            "t": torch.full((2,), 0.5),
+            "cap_feats": [torch.randn(TEXT, 32, generator=g) for _ in range(2)],
+            "return_dict": False,
+        }
+
+    # Image first, then the caption padded to 32 tokens; the first reduced attention follows the two refiners'.
+    return Tiny("zimage", build, inputs, 0, (1, H, W), 32, first=2)
+
+
+def lumina2(captions: tuple[int, int] = (TEXT, TEXT)) -> Tiny:
+    """`captions`: the tokens each sample's attention mask keeps (the rest of the TEXT are padding)."""
+    from diffusers import Lumina2Transformer2DModel
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return Lumina2Transformer2DModel(
+            sample_size=16,
+            patch_size=2,
+            in_channels=4,
+            hidden_size=32,
+            num_layers=2,
+            num_refiner_layers=1,
+            num_attention_heads=2,
+            num_kv_heads=1,
+            multiple_of=16,
+            axes_dim_rope=(4, 6, 6),
+            axes_lens=(64, 32, 32),
+            cap_feat_dim=32,
+        ).eval()
+
+    def inputs(seed: int) -> dict[str, Any]:
+        g = _gen(seed)
+        mask = torch.zeros(2, TEXT, dtype=torch.bool)
+        for i, n in enumerate(captions):
+            mask[i, :n] = True
+        return {
+            "hidden_states": torch.randn(2, 4, 2 * H, 2 * W, generator=g),
+            "timestep": torch.full((2,), 0.5),
+            "encoder_hidden_states": torch.randn(2, TEXT, 32, generator=g),
+            "encoder_attention_mask": mask,
+            "return_dict": False,
+        }
+
+    # Each sample's caption, then its image, then padding to the longest; the two refiners attend first.
+    return Tiny("lumina2", build, inputs, min(captions), (1, H, W), max(captions) - min(captions), first=2)
+
+
 def sd3() -> Tiny:
     from diffusers import SD3Transformer2DModel
 
@@ -252,6 +323,8 @@ TINY: dict[str, Callable[[], Tiny]] = {
     "flux2": flux2,
     "qwen": qwen,
     "qwen-edit": lambda: qwen(edit=True),
+    "zimage": zimage,
+    "lumina2": lumina2,
     "sd3": sd3,
     "wan": wan,
 }
@@ -259,4 +332,5 @@ TINY: dict[str, Callable[[], Tiny]] = {
 
 def run(model: nn.Module, tiny: Tiny, seed: int = 0, **changes: Any) -> torch.Tensor:
     with torch.no_grad():
-        return model(**{**tiny.inputs(seed), **changes})[0]
+        out = model(**{**tiny.inputs(seed), **changes})[0]
+    return torch.stack(out) if isinstance(out, list) else out  # Z-Image: one latent per sample

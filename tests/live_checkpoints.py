@@ -90,6 +90,52 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "WanModel",
         {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
     ),
+    # SD3.5 as ComfyUI detects it (width 64 x depth: 128 at two blocks, 2 heads), the first block with SD3.5 Medium's
+    # second, image-only attention.
+    "random-sd35.safetensors": (
+        "comfy.ldm.modules.diffusionmodules.mmdit",
+        "OpenAISignatureMMDITWrapper",
+        {
+            "input_size": None,
+            "patch_size": 2,
+            "in_channels": 16,
+            "out_channels": 16,
+            "depth": 2,
+            "adm_in_channels": 2048,
+            "context_embedder_config": {
+                "target": "torch.nn.Linear",
+                "params": {"in_features": 4096, "out_features": 128},
+            },
+            "num_patches": 96 * 96,
+            "pos_embed_max_size": 96,
+            "pos_embed_scaling_factor": None,
+            "qk_norm": "rms",
+            "x_block_self_attn_layers": [0],
+        },
+    ),
+    # Qwen-Image as ComfyUI detects it (`txt_norm.weight`; width 3072 by the class's defaults), two blocks.
+    "random-qwen-image.safetensors": (
+        "comfy.ldm.qwen_image.model",
+        "QwenImageTransformer2DModel",
+        {"in_channels": 64, "out_channels": 16, "num_layers": 2},
+    ),
+    # Lumina 2 as ComfyUI detects it (`cap_embedder.1.weight`: width 2304, 24 heads, 8 key/value heads), two blocks.
+    "random-lumina2.safetensors": (
+        "comfy.ldm.lumina.model",
+        "NextDiT",
+        {
+            "patch_size": 2,
+            "in_channels": 16,
+            "dim": 2304,
+            "n_layers": 2,
+            "n_heads": 24,
+            "n_kv_heads": 8,
+            "qk_norm": True,
+            "cap_feat_dim": 2304,
+            "axes_dims": [32, 32, 32],
+            "axes_lens": [300, 512, 512],
+        },
+    ),
 }
 
 
@@ -124,9 +170,11 @@ def make_dit_checkpoints(comfy: Path) -> list[Path]:
         ops = importlib.import_module("comfy.ops").disable_weight_init
         made = []
         for seed, (file, (module_name, class_name, kwargs)) in enumerate(sorted(DIT_CHECKPOINTS.items())):
+            target = comfy / "models" / "diffusion_models" / file
+            if target.exists():
+                continue  # seeded: the file there is the one this would write
             cls = getattr(importlib.import_module(module_name), class_name)
             module = cls(device="meta", operations=ops, **kwargs)
-            target = comfy / "models" / "diffusion_models" / file
             target.parent.mkdir(parents=True, exist_ok=True)
             save_file(random_state_dict(module, seed), str(target))
             made.append(target)

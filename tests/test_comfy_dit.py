@@ -1,5 +1,5 @@
-"""The ComfyUI nodes on diffusion transformers (issue 43), driven through the ComfyUI-shaped stand-in: tiny Flux and
-Wan models whose classes carry ComfyUI's module names and whose attention goes through a stand-in of ComfyUI's
+"""The ComfyUI nodes on diffusion transformers (issue 43), driven through the ComfyUI-shaped stand-in: tiny Flux, Wan,
+SD3 and Lumina 2 models whose classes carry ComfyUI's module names and whose attention goes through a stand-in of ComfyUI's
 `wrap_attn` / `optimized_attention_override` (tests/comfy_stub/dit.py)."""
 
 from __future__ import annotations
@@ -23,14 +23,23 @@ from tome_comfy.inputs import advanced_widgets
 from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE
 from tome_comfy.sampling import ATTENTION_OVERRIDE
 from tome_core import figures
+from tome_core.merge import kv_index
 from tome_core.words import speed_words
 
 HEAD = f"ToMe {tome_core.__version__}"
 PRESETS = [p.label for p in tome_core.presets()]
 #: Sampling arguments per stand-in: Flux a 16x16 latent (an 8x8 patch grid: 128x128 px), Wan a 5-frame 8x8 latent
 #: (4x4 patches per frame: 64x64 px, 17 frames).
-ARGS: dict[str, dict[str, Any]] = {"flux": {}, "wan": {"frames": 5, "size": 8}}
 TEXT = 5  # the stand-in's text tokens (tests/comfy_stub/sampling.py `sample`)
+#: Lumina 2: the cond keeps its 5 caption tokens, the uncond 3 (Gemma's attention mask), in one batch.
+CAPTIONS = (TEXT, 3)
+LUMINA_MASK = torch.tensor([[1] * n + [0] * (TEXT - n) for n in CAPTIONS])
+ARGS: dict[str, dict[str, Any]] = {
+    "flux": {},
+    "wan": {"frames": 5, "size": 8},
+    "lumina2": {"attention_mask": LUMINA_MASK, "num_tokens": TEXT},
+    "sd3": {},
+}
 
 
 def tome(model: ModelPatcher, preset: str = "Balanced") -> ModelPatcher:
@@ -63,7 +72,7 @@ def tome_lines(caplog: Any) -> list[tuple[str, str]]:
     return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "tome"]
 
 
-@pytest.fixture(params=["flux", "wan"])
+@pytest.fixture(params=["flux", "wan", "lumina2", "sd3"])
 def family(request: Any) -> str:
     return request.param
 
@@ -91,6 +100,8 @@ def test_presets_resolve_for_the_family_of_comfyuis_model_config(caplog: Any) ->
         ("chroma", "chroma", {}),
         ("wan-i2v", "wan", ARGS["wan"]),
         ("wan22", "wan", ARGS["wan"]),
+        ("lumina2", "lumina2", ARGS["lumina2"]),
+        ("sd3", "sd3", {}),
     ):
         caplog.clear()
         sample(tome(load_checkpoint(name), "Fast"), **args)
@@ -175,11 +186,13 @@ class ReduceSpy:
 
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, int, Any]] = []
+        self.masks: list[Any] = []  # the mask of each call, as handed over
         self.real = tome_core.reduce_attention
 
     def __call__(self, model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
         out = self.real(model, key, value, dim, mask)
         self.calls.append((key, dim, out))
+        self.masks.append(mask)
         return out
 
 
@@ -197,6 +210,8 @@ def spy(monkeypatch: Any) -> ReduceSpy:
         ("flux", {"ref_latents": [torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8).repeat(1, 4, 1, 1)]}, 5, (8, 8), 16),
         # Wan: the first latent frame (an image-to-video model's reference image, 4x4 tokens) whole, then 4 frames.
         ("wan", ARGS["wan"], 16, (4, 4, 4), 0),
+        # SD3: two register tokens and the text (5), then the 8x8 image grid.
+        ("sd3", {}, 2 + 5, (8, 8), 0),
     ],
 )
 def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_position(
@@ -205,7 +220,10 @@ def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_positi
     """Every reduced attention call keeps the keys of the text and reference tokens bitwise, and of the generated
     grid one key per 2x2 cell, each bitwise the key of that token (rotary position applied by the model): nothing
     merged, nothing moved."""
-    sample(tome_advanced(load_checkpoint(name), mode="kv", sx=2, sy=2, use_rand=False), steps=2, **args)
+    model = load_checkpoint(name)
+    seen: list[Any] = []
+    callback = lambda *_: seen.append(tome_core.stats(dm(model)))
+    sample(tome_advanced(model, mode="kv", sx=2, sy=2, use_rand=False), steps=2, callback=callback, **args)
     reduced = [(key, dim, out) for key, dim, out in spy.calls if out is not None]
     assert reduced and len(reduced) == len(spy.calls) - sum(1 for _, _, out in spy.calls if out is None)
     generated = 1
@@ -224,6 +242,26 @@ def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_positi
             assert (rows == row).all(dim=1).any()  # the key of one generated token, exactly
     if name == "wan":  # cross-attention to the text passes unchanged
         assert any(out is None and key.shape[dim] == TEXT for key, dim, out in spy.calls)
+    if name == "sd3":  # SD3.5 Medium's image-only attention passes unchanged, and is not counted a miss
+        assert any(out is None and key.shape[dim] == generated for key, dim, out in spy.calls)
+        assert seen and all(s is not None and s.applied == s.selected == 2 and s.grid_misses == 0 for s in seen), seen
+
+
+def test_captions_of_different_lengths_in_one_batch_keep_each_samples_caption_and_grid(spy: ReduceSpy) -> None:
+    """ComfyUI's Lumina 2 batches cond and uncond with captions of 5 and 3 tokens: each sample's joint sequence is its
+    caption, its 8x8 image grid, then padding. Every reduced call keeps per sample its own caption's keys and one key
+    of its own grid per 2x2 cell, and each mask value moves with the key it masks."""
+    sample(tome_advanced(load_checkpoint("lumina2"), mode="kv", sx=2, sy=2), steps=2, **ARGS["lumina2"])
+    reduced = [(call, mask) for call, mask in zip(spy.calls, spy.masks) if call[2] is not None]
+    assert len(reduced) == 2 * 2  # two main blocks a call, two calls; the refiners' calls pass unchanged
+    n = 8 * 8
+    for (key, dim, (new_key, _value, new_mask)), mask in reduced:
+        length = int(key.shape[dim])
+        assert length == max(CAPTIONS) + n and int(new_key.shape[dim]) == max(CAPTIONS) + n // 4
+        for i, caption in enumerate(CAPTIONS):
+            index = kv_index(caption, (1, 8, 8), length - caption - n, 1, 2, 2, "cpu")
+            assert torch.equal(new_key[i], key[i].index_select(dim - 1, index))
+            assert torch.equal(new_mask[i], mask[i].index_select(-1, index))
 
 
 def test_a_chained_override_is_still_called_with_the_reduced_keys_and_put_back(spy: ReduceSpy) -> None:

@@ -21,7 +21,8 @@ from torch.overrides import TorchFunctionMode
 import tome_core
 from tome_core.merge import kv_index
 
-from dit_models import TINY, Tiny, run
+import dit_models
+from dit_models import TEXT, TINY, H, Tiny, W, run
 
 NAMES = tuple(TINY)
 
@@ -32,17 +33,19 @@ def tiny(request: pytest.FixtureRequest) -> Tiny:
 
 
 class KeysSeen(TorchFunctionMode):
-    """Records the keys every scaled_dot_product_attention call gets (after anything that changed them)."""
+    """Records the keys and masks every scaled_dot_product_attention call gets (after anything that changed them)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.keys: list[torch.Tensor] = []
+        self.masks: list[torch.Tensor | None] = []
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             key = args[1] if len(args) > 1 else kwargs["key"]
             self.keys.append(key.detach().clone())
+            self.masks.append(kwargs.get("attn_mask", args[3] if len(args) > 3 else None))
         return func(*args, **kwargs)
 
 
@@ -78,9 +81,9 @@ def test_text_and_reference_keys_whole_and_kept_keys_carry_their_rotary_position
     grid the token at the centre of each cell, as the model rotated it for its own position."""
     st, sy, sx = cells
     model = tiny.build()
-    full = keys_of(model, tiny)[0]
+    full = keys_of(model, tiny)[tiny.first]
     tome_core.apply_patch(model, sx=sx, sy=sy, st=st)
-    reduced = keys_of(model, tiny)[0]
+    reduced = keys_of(model, tiny)[tiny.first]
     tome_core.remove_patch(model)
     dim = -2 if full.shape[-2] == tiny.before + tiny.grid[0] * tiny.grid[1] * tiny.grid[2] + tiny.after else 1
     index = kv_index(tiny.before, tiny.grid, tiny.after, st, sy, sx, "cpu")
@@ -307,3 +310,46 @@ def test_a_controlnet_call_runs_the_window_unmerged() -> None:
     stats = tome_core.stats(model)
     assert stats is not None and stats.applied == 0 and stats.block_calls == stats.selected
     tome_core.remove_patch(model)
+
+
+def test_captions_of_different_lengths_keep_each_samples_caption_and_its_grid() -> None:
+    """Lumina 2 lays out each sample as [its caption, its image, padding]: with captions of 7 and 4 tokens the
+    second sample's grid starts 3 tokens earlier. Each sample keeps its own caption's keys and the keys at the
+    centres of its own grid's cells, and the mask follows the keys it masks (the padding stays masked)."""
+    tiny = dit_models.lumina2((TEXT, 4))
+    model = tiny.build()
+    base = run(model, tiny)
+    with KeysSeen() as full:
+        run(model, tiny)
+    tome_core.apply_patch(model, sx=2, sy=2)
+    with KeysSeen() as seen:
+        out = run(model, tiny)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.applied == stats.selected == stats.total and stats.grid_misses == 0, stats
+    assert not torch.equal(out, base)
+    key, mask, reduced, reduced_mask = full.keys[2], full.masks[2], seen.keys[2], seen.masks[2]
+    assert mask is not None and reduced_mask is not None
+    length, n = int(key.shape[-2]), H * W
+    for sample, caption in enumerate((TEXT, 4)):
+        index = kv_index(caption, (1, H, W), length - caption - n, 1, 2, 2, "cpu")
+        assert torch.equal(reduced[sample], key[sample].index_select(-2, index))
+        assert torch.equal(reduced_mask[sample], mask[sample].index_select(-1, index))
+    assert not bool(reduced_mask[1, ..., -(TEXT - 4) :].any())  # the second sample's padding, still masked
+    tome_core.remove_patch(model)
+    assert torch.equal(run(model, tiny), base)
+
+
+@pytest.mark.parametrize("name", ["zimage", "lumina2"])
+def test_a_bare_model_whose_timestep_rises_reads_its_step_window_the_right_way(name: str) -> None:
+    """diffusers' Z-Image and Lumina 2 get t from 0 at the start of sampling to 1 at its end (Flux gets a sigma
+    from 1 down): a window over the first half of the steps reduces at t=0.1 and not at t=0.9."""
+    tiny = TINY[name]()
+    model = tiny.build()
+    keyword = "t" if name == "zimage" else "timestep"
+    applied = []
+    for t in (0.1, 0.9):
+        tome_core.apply_patch(model, sx=2, sy=2, step_end=0.5)
+        run(model, tiny, **{keyword: torch.full((2,), t)})
+        applied.append(tome_core.stats(model).applied)  # type: ignore[union-attr]
+        tome_core.remove_patch(model)
+    assert applied[0] > 0 and applied[1] == 0, applied

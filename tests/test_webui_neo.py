@@ -1,6 +1,6 @@
 """The extension in a Forge Neo-shaped host (`webui_stub.neo`): Forge 2's order and model objects, Neo's own
-`apply_token_merging` (with its epsilon scaling), its diffusion transformers (Flux, Flux.2, Chroma, Wan, Qwen-Image
-reduced; Lumina 2 / Z-Image and Anima named and left alone), its built-in Torch Compile Integrated and a step cache
+`apply_token_merging` (with its epsilon scaling), its diffusion transformers (Flux, Flux.2, Chroma, Lumina 2,
+Z-Image, Wan, Qwen-Image reduced; Anima named and left alone), its built-in Torch Compile Integrated and a step cache
 shaped like its Spectrum, each as read from Neo's tree and seen running it (docs/hosts.md)."""
 
 from __future__ import annotations
@@ -103,7 +103,15 @@ def test_builtin_applied_anyway_is_taken_off_without_the_epsilon_scaling(
 # ---------------------------------------------------------------------------------------------- transformers
 
 #: The family each reduced engine's presets resolve for: Neo builds Flux.2 with its Flux.1 class, the adapter knows.
-FAMILY = {neo.Flux: "flux", neo.Flux2: "flux2", neo.Chroma: "chroma", neo.Wan: "wan", neo.QwenImage: "qwen"}
+FAMILY = {
+    neo.Flux: "flux",
+    neo.Flux2: "flux2",
+    neo.Chroma: "chroma",
+    neo.Lumina2: "lumina2",
+    neo.ZImage: "zimage",
+    neo.Wan: "wan",
+    neo.QwenImage: "qwen",
+}
 #: Forge Neo's Qwen-Image takes the Wan VAE's [B, C, 1, H, W] latent (the core's layout reads it as one frame).
 REDUCED = list(neo.REDUCED_ENGINES)
 
@@ -118,7 +126,7 @@ def equal_outputs(a: Any, b: Any) -> bool:
 
 @pytest.mark.parametrize("model", REDUCED, ids=lambda m: m.__name__)
 def test_a_diffusion_transformer_is_reduced_in_both_passes(model: type[neo.Flux]) -> None:
-    """Flux, Flux.2, Chroma, Wan, Qwen-Image: the preset resolved for the engine's family in the first and the hires
+    """Flux, Flux.2, Chroma, Lumina 2, Z-Image, Wan, Qwen-Image: the preset resolved for the engine's family in the first and the hires
     pass, every block it selects reduced (no note), the image changed, the infotext in the transformer's fields,
     nothing left patched."""
     engine = model()
@@ -141,7 +149,7 @@ def test_a_diffusion_transformer_is_reduced_in_both_passes(model: type[neo.Flux]
 def test_a_transformer_tome_does_not_reduce_is_named_and_runs_unchanged(
     model: type[neo.Flux], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Lumina 2 / Z-Image (`NextDiT`) and Anima: never a silent no-op. The note names the class in the core's words,
+    """Anima (a Cosmos transformer): never a silent no-op. The note names the class in the core's words,
     the log adds what ToMe does patch, and the image is the host's."""
     engine = model()
     name = type(module_of(engine)).__name__

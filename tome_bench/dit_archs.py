@@ -108,6 +108,30 @@ def _wan(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype)
     }
 
 
+def _zimage(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    """Z-Image's pipeline: one latent [C, 1, H, W] and one caption (its kept tokens) per sample, in lists."""
+    return {
+        "x": [torch.randn(16, 1, size[1] // 8, size[0] // 8, device=device, dtype=dtype) for _ in range(batch)],
+        "t": torch.full((batch,), 0.5, device=device, dtype=dtype),
+        "cap_feats": [torch.randn(256, 2560, device=device, dtype=dtype) for _ in range(batch)],
+        "return_dict": False,
+    }
+
+
+def _lumina2(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
+    """Lumina 2's pipeline: Gemma's 256 caption tokens and their mask. The mask on the CPU for a meta trace: the model
+    reads the captions' lengths back from it."""
+    return {
+        "hidden_states": torch.randn(batch, 16, size[1] // 8, size[0] // 8, device=device, dtype=dtype),
+        "timestep": torch.full((batch,), 0.5, device=device, dtype=dtype),
+        "encoder_hidden_states": torch.randn(batch, 256, 2304, device=device, dtype=dtype),
+        "encoder_attention_mask": torch.ones(
+            batch, 256, dtype=torch.bool, device="cpu" if device == "meta" else device
+        ),
+        "return_dict": False,
+    }
+
+
 _SQUARE = ((1024, 1024, 1), (1328, 1328, 1))
 _LARGE = ((1024, 1024, 1), (1536, 1536, 1), (2048, 2048, 1))
 _VIDEO = ((832, 480, 81), (1280, 720, 81))
@@ -198,6 +222,55 @@ DIT_ARCHS: dict[str, DitArch] = {
             _qwen,
             1,
             _SQUARE,
+        ),
+        DitArch(
+            "z-image-turbo",
+            "zimage",
+            "Z-Image-Turbo",
+            "ZImageTransformer2DModel",
+            {
+                "all_patch_size": (2,),
+                "all_f_patch_size": (1,),
+                "in_channels": 16,
+                "dim": 3840,
+                "n_layers": 30,
+                "n_refiner_layers": 2,
+                "n_heads": 30,
+                "n_kv_heads": 30,
+                "qk_norm": True,
+                "cap_feat_dim": 2560,
+                "rope_theta": 256.0,
+                "t_scale": 1000.0,
+                "axes_dims": (32, 48, 48),
+                "axes_lens": (1536, 512, 512),
+            },
+            _zimage,
+            1,
+            _LARGE[:2],
+        ),
+        DitArch(
+            "lumina-image-2",
+            "lumina2",
+            "Lumina-Image-2.0",
+            "Lumina2Transformer2DModel",
+            {
+                "sample_size": 128,
+                "patch_size": 2,
+                "in_channels": 16,
+                "hidden_size": 2304,
+                "num_layers": 26,
+                "num_refiner_layers": 2,
+                "num_attention_heads": 24,
+                "num_kv_heads": 8,
+                "multiple_of": 256,
+                "norm_eps": 1e-5,
+                "axes_dim_rope": (32, 32, 32),
+                "axes_lens": (300, 512, 512),
+                "cap_feat_dim": 2304,
+            },
+            _lumina2,
+            1,
+            _LARGE[:2],
         ),
         DitArch(
             "sd35-large",
@@ -299,6 +372,8 @@ TABLE_ARCH: dict[str, str] = {
     "chroma": "chroma",
     "flux2": "flux2-dev",
     "qwen": "qwen-image",
+    "zimage": "z-image-turbo",
+    "lumina2": "lumina-image-2",
     "sd3": "sd35-large",
     "wan": "wan-14b",
 }

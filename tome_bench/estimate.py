@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dit",
         action="store_true",
-        help="the diffusion transformers' full-size configs instead (tome_bench.dit_archs; about 20 minutes on 2 cores)",
+        help="the diffusion transformers' full-size configs instead (tome_bench.dit_archs; about 20 minutes on 2 cores;"
+        " --arch FAMILY,...: those families alone)",
     )
     sizes = ", ".join(f"{archs.get_arch(a).label} {'/'.join(map(str, s))}" for a, s in GRID.items())
     defaults = {"arch": "sd15,sdxl", "sizes": sizes, "presets": "all"}
@@ -265,9 +266,15 @@ def main(argv: Sequence[str]) -> int:
             raise ValueError(f"--gpu: one of {', '.join(GPUS)}, got {a.gpu!r}")
         return a, names, {n: [h for h, _ in sizes] for n, sizes in asked.items()}
 
+    def make_dit(a: argparse.Namespace) -> list[str]:
+        from tome_bench.dit_archs import TABLE_ARCH
+
+        return options.names(a.arch, list(TABLE_ARCH), "--arch (families with --dit)") if a.arch else []
+
+    if "--dit" in argv:
+        a = build_parser().parse_args(argv)
+        return dit_estimate(a.write, a.gpu, options.parse(build_parser(), argv, make_dit))
     a, names, sizes = options.parse(build_parser(), argv, make)
-    if a.dit:
-        return dit_estimate(a.write, a.gpu)
     if a.write:
         write_table(*table_rows([archs.get_arch(n) for n in names] if a.arch else None, a.gpu))
         print(f"wrote {SPEED_TABLE}")
@@ -282,14 +289,16 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def dit_estimate(write: bool, gpu: str = "h200") -> int:
-    """Every preset on each diffusion transformer family's full-size config (`dit_archs.TABLE_ARCH`) at its table
-    sizes: printed, or written into the speed table (batch as the family samples)."""
+def dit_estimate(write: bool, gpu: str = "h200", families: Sequence[str] = ()) -> int:
+    """Every preset on each diffusion transformer family's full-size config (`dit_archs.TABLE_ARCH`; `families`:
+    those alone) at its table sizes: printed, or written into the speed table (batch as the family samples)."""
     from tome_bench import dit_archs
 
     spec, rows, sources = GPUS[gpu], [], {}
     print("| family | size | batch | preset | less GPU time | launching ops added |\n|---|---|---:|---|---:|---:|")
     for family, name in dit_archs.TABLE_ARCH.items():
+        if families and family not in families:
+            continue
         arch = dit_archs.DIT_ARCHS[name]
         key = f"{gpu}-estimate-{spec.fitted}-batch{arch.batch}"
         what = ESTIMATED.format(batch=arch.batch, gpu=spec.name.removeprefix("NVIDIA "), date=spec.fitted)

@@ -8,14 +8,14 @@ duration of that sampling and removes it in `finally`, so the original model, ot
 failed prompt never see our hooks. Applying once per sampling (not per UNet call) keeps the core's per-grid index
 tables for the whole sampling; docs/comfyui-contract.md has the ComfyUI facts this relies on.
 
-A diffusion transformer (Flux, Chroma, Wan, Qwen-Image: a model `tome_core.find_layout` describes) gets the core's
+A diffusion transformer (Flux, Chroma, Wan, Qwen-Image, SD3, Lumina 2: a model `tome_core.find_layout` describes) gets the core's
 keys/values subsampling. Its blocks call ComfyUI's attention function, which hands the call to
 `transformer_options["optimized_attention_override"]` when there is one (`comfy.ldm.modules.attention.wrap_attn`).
 So the wrapper tells the core that the host intercepts attention (`tome_core.set_attention_interceptor(..., "host")`)
 and puts an override in this sampling's own options (`AttentionOverride`) that asks the core for the subsampled
 keys/values (`tome_core.reduce_attention`) and passes the call on, to an override another node set before (a
 SageAttention patch) or to ComfyUI's function; in `finally` the other node's override is put back. Whatever kernel
-runs the attention, it gets the reduced keys. A diffusion model that is neither (HiDream, Lumina 2, SD3 in ComfyUI)
+runs the attention, it gets the reduced keys. A diffusion model that is neither (HiDream, HunyuanVideo)
 runs unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
 
 Per sampling the wrapper also
@@ -106,6 +106,8 @@ FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
     "chroma": frozenset({"Chroma"}),
     "flux2": frozenset({"Flux2"}),
     "qwen": frozenset({"QwenImage"}),
+    "zimage": frozenset({"ZImage"}),
+    "lumina2": frozenset({"Lumina2"}),
     "sd3": frozenset({"SD3"}),
     "wan": frozenset({"WAN21_T2V", "WAN22_T2V", "WAN22"}),
 }

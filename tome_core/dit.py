@@ -175,11 +175,12 @@ def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     timesteps = getattr(scheduler, "timesteps", None)
     if timesteps is not None and len(timesteps) > 0:
         return config.active_at((getattr(scheduler, "step_index", None) or 0) / len(timesteps))
-    timestep = kwargs.get("timestep", kwargs.get("timesteps", args[1] if len(args) > 1 else None))
+    named = (kwargs[name] for name in ("timestep", "timesteps", "t") if name in kwargs)
+    timestep = next(named, args[1] if len(args) > 1 else None)
     if not isinstance(timestep, torch.Tensor) or not timestep.numel():
         return True
-    value = float(timestep.reshape(-1)[0])  # the documented read-back of a bare model with a step window
-    return config.active_at(min(max(1.0 - value / state.layout.timestep_max, 0.0), 1.0))
+    value = float(timestep.reshape(-1)[0]) / state.layout.timestep_max  # a bare model's documented read-back
+    return config.active_at(min(max(value if state.layout.rising else 1.0 - value, 0.0), 1.0))
 
 
 class AttentionHook(Hook):
@@ -229,27 +230,55 @@ class AttentionHook(Hook):
         if tokens is None:
             return None
         self.reached = True
-        after = tokens.after_in(int(key.shape[dim]))
-        if after is None or int(value.shape[dim]) != int(key.shape[dim]):
-            self.grid_miss = True
+        length = int(key.shape[dim])
+        after = tokens.after_in(length)
+        if after is None or int(value.shape[dim]) != length:
+            # An attention over the generated tokens alone beside the joint one (SD3.5 Medium's second attention,
+            # in a block whose whole forward a host intercepts) is not the layout's sequence, and not a miss.
+            if length != tokens.generated:
+                self.grid_miss = True
             return None
         index = _index(state, tokens, after, self.plan, key.device)
+        if index.dim() == 2 and int(key.shape[0]) != int(index.shape[0]):
+            self.grid_miss = True  # per-sample captions, another batch: not the sequence the layout read
+            return None
         if isinstance(mask, torch.Tensor) and mask.dim() > 0 and int(mask.shape[-1]) == int(key.shape[dim]):
-            mask = mask.index_select(-1, index)
+            mask = _take(mask, index, -1)
         self.applied = True
-        return key.index_select(dim, index), value.index_select(dim, index), mask
+        return _take(key, index, dim), _take(value, index, dim), mask
+
+
+def _take(x: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
+    """`x` at `index` along `dim`: index [K] for every sample, or [B, K] per sample (x's batch first; a mask of
+    batch 1 is broadcast)."""
+    if index.dim() == 1:
+        return x.index_select(dim, index)
+    dim %= x.dim()
+    shape = [1] * x.dim()
+    shape[0], shape[dim] = int(index.shape[0]), int(index.shape[1])
+    sizes = list(x.shape)
+    sizes[0], sizes[dim] = shape[0], shape[dim]
+    return torch.gather(x.expand(shape[0], *x.shape[1:]), dim, index.view(shape).expand(sizes))
 
 
 def _index(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
-    """The kept tokens' indices: built once per layout and device eagerly; a compiled graph builds its own (a
-    constant to the compiler: a tensor read from the patch's state would be a graph input)."""
+    """The kept tokens' indices, [K], or [B, K] when the samples' grids start at different places (`Tokens.shift`):
+    built once per layout and device eagerly; a compiled graph builds its own (a constant to the compiler: a tensor
+    read from the patch's state would be a graph input)."""
     if is_compiling():
-        return kv_index(tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, device)
-    key = (tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, str(device))
+        return _kept(tokens, after, plan, device)
+    key = (tokens.before, tokens.grid, after, tokens.shift, plan.st, plan.sy, plan.sx, str(device))
     index = state.indices.get(key)
     if index is None:
-        index = state.indices[key] = kv_index(tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, device)
+        index = state.indices[key] = _kept(tokens, after, plan, device)
     return index
+
+
+def _kept(tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
+    cells = (plan.st, plan.sy, plan.sx)
+    if not tokens.shift:
+        return kv_index(tokens.before, tokens.grid, after, *cells, device)
+    return torch.stack([kv_index(tokens.before + s, tokens.grid, after - s, *cells, device) for s in tokens.shift])
 
 
 _SDPA_NAMES = ("query", "key", "value", "attn_mask")

@@ -31,13 +31,16 @@ class Tokens:
     (reference images, text placed last); `after` None: whatever follows the grid, its length not known before the
     attention call. `text`: how many of the `before` tokens are text (an image stream without the text starts
     `before - text` tokens ahead of the grid). `mergeable`: whether blocks may run on merged tokens in this call (not
-    while a ControlNet adds residuals per token)."""
+    while a ControlNet adds residuals per token). `shift`: where the samples of a batch have captions of different
+    lengths ahead of the grid (Lumina 2), each sample's grid starts `before + shift[i]` tokens in and the batch's
+    padding follows it; empty when every sample's grid starts at `before`."""
 
     before: int
     grid: tuple[int, int, int]
     after: int | None = 0
     text: int = 0
     mergeable: bool = True
+    shift: tuple[int, ...] = ()
 
     @property
     def generated(self) -> int:
@@ -47,7 +50,7 @@ class Tokens:
         """The tokens after the grid in a sequence of `length` tokens; None when such a sequence is not this one
         (another attention in the same block: cross-attention to the text, an image-only refiner)."""
         rest = length - self.before - self.generated
-        if rest < 0 or (self.after is not None and rest != self.after):
+        if rest < max(self.shift, default=0) or (self.after is not None and rest != self.after):
             return None
         return rest
 
@@ -73,6 +76,8 @@ DIT_FAMILIES: tuple[Family, ...] = (
     Family("chroma", "Chroma", "Chroma (the Flux.1 architecture, pruned, with attention masks)"),
     Family("flux2", "Flux.2", "Flux.2 dev and Klein"),
     Family("qwen", "Qwen-Image", "Qwen-Image and Qwen-Image-Edit"),
+    Family("zimage", "Z-Image", "Z-Image and Z-Image Turbo"),
+    Family("lumina2", "Lumina 2", "Lumina Image 2.0"),
     Family("sd3", "SD3.5", "Stable Diffusion 3 and 3.5"),
     Family("wan", "Wan", "Wan 2.1 and 2.2, text- and image-to-video", video=True),
 )
@@ -104,6 +109,7 @@ class Layout:
     attention: str | None  # the block's submodule whose forward runs its joint self-attention; None: the block's own
     tokens: TokenReader
     timestep_max: float = 1.0  # the timestep it gets at the start of sampling (1: a sigma, 1000: a DDPM-style step)
+    rising: bool = False  # its timestep counts up from 0 to `timestep_max` (diffusers' Lumina 2, Z-Image)
     io: tuple[BlockIO, ...] = ()  # per stack: how its blocks run on merged tokens (none: keys/values only)
     when: Callable[[nn.Module], bool] | None = None  # where one host class serves two families: which is this one
 
@@ -243,6 +249,91 @@ def _image_then_text(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     return None if grid is None or text is None else Tokens(0, grid, text)
 
 
+def _caption_lengths(mask: torch.Tensor, memo: MutableMapping[Any, Any]) -> tuple[int, ...]:
+    """Each sample's caption tokens: the ones its attention mask [B, L] keeps. Read back once per mask tensor (the
+    model reads them back itself to lay out its sequence)."""
+    seen = memo.get(id(mask))
+    if seen is not None and seen[0]() is mask:
+        return seen[1]
+    found = tuple(int(n) for n in (mask != 0).sum(dim=1).to("cpu"))
+    if len(memo) > 8:
+        memo.clear()
+    memo[id(mask)] = (weakref.ref(mask), found)
+    return found
+
+
+def _captions_ahead(captions: Sequence[int], grid: tuple[int, int, int]) -> Tokens:
+    """Each sample's caption, then its generated grid, then padding to the batch's longest sequence (Lumina 2):
+    the grid starts after the shortest caption, later in samples with longer ones."""
+    first = min(captions)
+    shift = tuple(n - first for n in captions) if any(n != first for n in captions) else ()
+    return Tokens(first, grid, None, first, True, shift)
+
+
+def _lumina2_diffusers(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' Lumina 2: [caption, image, padding] per sample, the caption as long as its attention mask keeps."""
+    grid = _image_grid(_arg(args, kwargs, 0, "hidden_states"), _patch(model, 2)[-1])
+    mask = _arg(args, kwargs, 3, "encoder_attention_mask")
+    if grid is None or not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        return None
+    return _captions_ahead(_caption_lengths(mask, memo), grid)
+
+
+def _zimage_diffusers(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' Z-Image: a list of latents [C, F, H, W], one per sample; each sample's sequence is its image's
+    patch tokens first (padded to a multiple of 32), then its caption's. An omni call (lists of images per sample)
+    is not read."""
+    images = _arg(args, kwargs, 0, "x")
+    if not isinstance(images, (list, tuple)) or not images or not all(isinstance(x, torch.Tensor) for x in images):
+        return None
+    if any(x.dim() != 4 or x.shape != images[0].shape for x in images):
+        return None
+    p, fp = int(kwargs.get("patch_size", 2)), int(kwargs.get("f_patch_size", 1))
+    _c, f, h, w = (int(n) for n in images[0].shape)
+    return Tokens(0, (f // fp, h // p, w // p), None)
+
+
+def _nextdit(per_sample: bool) -> TokenReader:
+    """ComfyUI's and Forge Neo's `NextDiT` (Lumina 2, Z-Image): the caption, then the image latent's patch tokens
+    (x [B, C, H, W], padded to whole patches), then padding. Z-Image pads the caption to a multiple of
+    `pad_tokens_multiple` and keeps all of it; Forge Neo's Lumina 2 keeps the whole caption too; ComfyUI's Lumina 2
+    (`per_sample`) keeps per sample the tokens its attention mask keeps (else `num_tokens`)."""
+
+    def read(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+        grid = _image_grid(_arg(args, kwargs, 0, "x"), _patch(model, 2)[-1])
+        text = _length(_arg(args, kwargs, 2, "context"))
+        if grid is None or text is None:
+            return None
+        multiple = getattr(model, "pad_tokens_multiple", None)
+        if isinstance(multiple, int) and multiple > 0:
+            text = -(-text // multiple) * multiple
+        elif per_sample:
+            mask = _arg(args, kwargs, 4, "attention_mask")
+            if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+                return _captions_ahead(_caption_lengths(mask, memo), grid)
+            count = _arg(args, kwargs, 3, "num_tokens")
+            text = int(count) if isinstance(count, (int, float)) else text
+        return Tokens(text, grid, None, text)
+
+    return read
+
+
+def _comfy_mmdit(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """ComfyUI's SD3 / SD3.5 (`MMDiT`): the model's register tokens and the text first, then the image latent's patch
+    tokens (x [B, C, H, W], padded to whole patches)."""
+    grid = _image_grid(_arg(args, kwargs, 0, "x"), _patch(model, 2)[-1])
+    context = _arg(args, kwargs, 2, "context")
+    if grid is None:
+        return None
+    text = (_length(context) or 0) + int(getattr(model, "register_length", 0) or 0)
+    return Tokens(text, grid, 0, text)
+
+
+def _zimage_nextdit(model: nn.Module) -> bool:
+    """ComfyUI and Forge Neo build Z-Image and Lumina 2 with one class; Z-Image pads its tokens."""
+    return getattr(model, "pad_tokens_multiple", None) is not None
+
+
 def _video(keep_first: bool, x_name: str, extra: Callable[[dict[str, Any], int], tuple[int, int]]) -> TokenReader:
     """A video latent [B, C, F, H, W]: its patch tokens alone (Wan's self-attention); with `keep_first`, the first
     latent frame is kept whole (it holds the reference image of image-to-video, and Wan's VAE encodes it from one
@@ -326,6 +417,26 @@ LAYOUTS: tuple[Layout, ...] = (
         _packed_with_shapes,
     ),
     Layout(
+        "zimage",
+        "diffusers",
+        "diffusers.",
+        ("ZImageTransformer2DModel",),
+        ("layers",),
+        "attention",
+        _zimage_diffusers,
+        rising=True,
+    ),
+    Layout(
+        "lumina2",
+        "diffusers",
+        "diffusers.",
+        ("Lumina2Transformer2DModel",),
+        ("layers",),
+        "attn",
+        _lumina2_diffusers,
+        rising=True,
+    ),
+    Layout(
         "sd3",
         "diffusers",
         "diffusers.",
@@ -368,6 +479,27 @@ LAYOUTS: tuple[Layout, ...] = (
         "attn",
         _text_first_image(2, "context", 2),
     ),
+    Layout(
+        "sd3",
+        "ComfyUI",
+        "comfy.ldm.modules.diffusionmodules.mmdit",
+        ("MMDiT",),
+        ("joint_blocks",),
+        None,
+        _comfy_mmdit,
+        1000.0,
+    ),
+    Layout(
+        "zimage",
+        "ComfyUI",
+        "comfy.ldm.lumina",
+        ("NextDiT",),
+        ("layers",),
+        "attention",
+        _nextdit(True),
+        when=_zimage_nextdit,
+    ),
+    Layout("lumina2", "ComfyUI", "comfy.ldm.lumina", ("NextDiT",), ("layers",), "attention", _nextdit(True)),
     Layout(
         "wan",
         "ComfyUI",
@@ -418,6 +550,17 @@ LAYOUTS: tuple[Layout, ...] = (
         "attn",
         _text_first_image(2, "context", 2),
     ),
+    Layout(
+        "zimage",
+        "Forge Neo",
+        "backend.nn.lumina",
+        ("NextDiT",),
+        ("layers",),
+        "attention",
+        _nextdit(False),
+        when=_zimage_nextdit,
+    ),
+    Layout("lumina2", "Forge Neo", "backend.nn.lumina", ("NextDiT",), ("layers",), "attention", _nextdit(False)),
     Layout(
         "wan",
         "Forge Neo",

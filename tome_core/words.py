@@ -40,13 +40,15 @@ TYPICAL_SIZES: Mapping[str, tuple[int, int, int]] = MappingProxyType(
         "chroma": (1024, 1024, 1),
         "flux2": (1024, 1024, 1),
         "qwen": (1328, 1328, 1),
+        "zimage": (1024, 1024, 1),
+        "lumina2": (1024, 1024, 1),
         "sd3": (1024, 1024, 1),
         "wan": (832, 480, 81),
     }
 )
 #: Blocks a diffusion transformer family has (the full-size public checkpoints), for words without a model.
 DIT_BLOCKS: Mapping[str, int] = MappingProxyType(
-    {"flux": 57, "chroma": 57, "flux2": 56, "qwen": 60, "sd3": 38, "wan": 40}
+    {"flux": 57, "chroma": 57, "flux2": 56, "qwen": 60, "zimage": 30, "lumina2": 26, "sd3": 38, "wan": 40}
 )
 
 Size = tuple[int, int] | tuple[int, int, int]

@@ -10,7 +10,8 @@ from typing import Any
 
 class TomeLiveConditioning:
     """CONDITIONING of `tokens` text tokens of `width` channels (and a pooled vector of `pooled` channels when
-    above 0: Flux's CLIP-L vector), normal values from a generator seeded with `seed`: the same seed, the same
+    above 0: Flux's CLIP-L vector; with `kept` above 0, an attention mask keeping the first `kept` tokens, as
+    Lumina 2's Gemma encoder gives), normal values from a generator seeded with `seed`: the same seed, the same
     conditioning, bitwise."""
 
     RETURN_TYPES = ("CONDITIONING",)
@@ -25,15 +26,18 @@ class TomeLiveConditioning:
                 "tokens": ("INT", {"default": 8, "min": 1, "max": 512}),
                 "width": ("INT", {"default": 4096, "min": 1, "max": 8192}),
                 "pooled": ("INT", {"default": 768, "min": 0, "max": 8192}),
-            }
+            },
+            "optional": {"kept": ("INT", {"default": 0, "min": 0, "max": 512})},
         }
 
-    def make(self, noise_seed: int, tokens: int, width: int, pooled: int) -> tuple[Any]:
+    def make(self, noise_seed: int, tokens: int, width: int, pooled: int, kept: int = 0) -> tuple[Any]:
         import torch
 
         generator = torch.Generator().manual_seed(noise_seed)
         cond = torch.randn(1, tokens, width, generator=generator)
         extra = {"pooled_output": torch.randn(1, pooled, generator=generator)} if pooled else {}
+        if kept:
+            extra["attention_mask"] = (torch.arange(tokens) < kept).to(torch.int64)[None]
         return ([[cond, extra]],)
 
 

@@ -1,5 +1,6 @@
-"""Tiny diffusion transformers shaped like ComfyUI's Flux (comfy/ldm/flux/model.py, layers.py, math.py) and Wan 2.1
-(comfy/ldm/wan/model.py) at a125cd84, written from docs/comfyui-contract.md ("Diffusion transformers"), no ComfyUI
+"""Tiny diffusion transformers shaped like ComfyUI's Flux (comfy/ldm/flux/model.py, layers.py, math.py), Wan 2.1
+(comfy/ldm/wan/model.py), SD3 (comfy/ldm/modules/diffusionmodules/mmdit.py) and Lumina 2 (comfy/ldm/lumina/model.py) at
+a125cd84, written from docs/comfyui-contract.md ("Diffusion transformers"), no ComfyUI
 code: the same class names, forward signatures, token order, `transformer_options` plumbing and attention call
 (`optimized_attention`, through a stand-in of `comfy.ldm.modules.attention.wrap_attn`).
 
@@ -10,6 +11,10 @@ ComfyUI model (`tome_core.families.Layout.module`). Weights are seeded, so outpu
              blocks attend over txt+img with `skip_reshape=True` ([B, H, L, D]), single blocks over the joint stream
     WanModel video patch tokens alone in self-attention (`skip_reshape` unset: [B, L, H*D]), cross-attention to the
              text through the same attention function, `time_dim_concat` frames appended
+    MMDiT    SD3: register tokens and the text, then the image's patch tokens ([B, L, H*D]); SD3.5 Medium's second,
+             image-only attention in its first block
+    NextDiT  per sample the caption's kept tokens (its attention mask, else `num_tokens`), then the image's patch
+             tokens, then padding to the batch's longest; `skip_reshape=True`, an additive mask
 """
 
 from __future__ import annotations
@@ -448,8 +453,239 @@ for _cls in (WanSelfAttention, WanT2VCrossAttention, WanAttentionBlock, WanModel
     _cls.__module__ = "comfy.ldm.wan.model"
 
 
+# ---------------------------------------------------------------------------------------------- Lumina 2
+
+
+class JointAttention(nn.Module):
+    """`comfy.ldm.lumina.model.JointAttention`: rotary embedding on q and k, then the masked attention function with
+    [B, H, L, D] (`skip_reshape=True`)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, x_mask: Any, freqs_cis: torch.Tensor, transformer_options: Any = None) -> Any:
+        b, n, _ = x.shape
+        q, k, v = (t.view(b, n, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        q, k = apply_rope(q, freqs_cis), apply_rope(k, freqs_cis)
+        out = optimized_attention(
+            q, k, v, self.heads, x_mask, skip_reshape=True, transformer_options=transformer_options
+        )
+        return self.out(out)
+
+
+class JointTransformerBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attention = JointAttention(dim, heads)
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
+        self.mod = nn.Linear(dim, dim)
+        self.feed_forward = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_mask: Any,
+        freqs_cis: torch.Tensor,
+        adaln_input: Any = None,
+        transformer_options: Any = None,
+    ) -> torch.Tensor:
+        scale = 0.0 if adaln_input is None else self.mod(F.silu(adaln_input))[:, None]
+        x = x + self.attention(self.norm(x) * (1 + scale), x_mask, freqs_cis, transformer_options)
+        return x + self.feed_forward(self.norm(x))
+
+
+class NextDiT(nn.Module):
+    """`comfy.ldm.lumina.model.NextDiT` (Lumina 2) at a toy size: `forward(x, timesteps, context, num_tokens,
+    attention_mask, transformer_options)`; per sample, the caption's tokens its mask keeps (else `num_tokens`), then
+    the image's 2x2 patch tokens, then zeros up to the batch's longest; an additive mask over the captions' span; the
+    caption and the image refined alone first; `t = 1 - timesteps`."""
+
+    def __init__(self, in_dim: int = 4, dim: int = 32, heads: int = 2, layers: int = 2) -> None:
+        super().__init__()
+        self.patch_size = 2
+        self.dim = dim
+        self.axes = (4, 6, 6)  # rotary dims per id axis (caption position, row, column): head dim 16
+        self.x_embedder = nn.Linear(in_dim * 4, dim)
+        self.cap_embedder = nn.Linear(CONTEXT_DIM, dim)
+        self.t_embedder = nn.Linear(16, dim)
+        self.context_refiner = nn.ModuleList([JointTransformerBlock(dim, heads)])
+        self.noise_refiner = nn.ModuleList([JointTransformerBlock(dim, heads)])
+        self.layers = nn.ModuleList(JointTransformerBlock(dim, heads) for _ in range(layers))
+        self.final_layer = nn.Linear(dim, in_dim * 4)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        context: torch.Tensor,
+        num_tokens: Any = None,
+        attention_mask: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return _forward_through_wrappers(
+            self, x, timesteps, context, num_tokens, attention_mask, transformer_options or {}
+        )
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        context: torch.Tensor,
+        num_tokens: Any,
+        attention_mask: Any,
+        transformer_options: dict[str, Any],
+    ) -> torch.Tensor:
+        b, c, h, w = x.shape
+        x = F.pad(x, (0, -w % 2, 0, -h % 2))
+        hp, wp = x.shape[2] // 2, x.shape[3] // 2
+        n = hp * wp
+        t = self.t_embedder(timestep_embedding(1.0 - timesteps, 16, scale=1.0))
+        caps = (
+            attention_mask.sum(dim=1).tolist() if attention_mask is not None else [num_tokens or context.shape[1]] * b
+        )
+        length = max(caps) + n
+        ids = torch.zeros(b, length, 3)
+        for i, cap in enumerate(caps):
+            ids[i, :cap, 0] = torch.arange(cap)
+            ids[i, cap : cap + n, 0] = cap
+            ids[i, cap : cap + n, 1] = torch.arange(hp).repeat_interleave(wp)
+            ids[i, cap : cap + n, 2] = torch.arange(wp).repeat(hp)
+        freqs = rope(ids, self.axes)
+        cap_mask = None
+        if attention_mask is not None:
+            # additive, [B, 1, 1, L]: 0 kept, -max not
+            cap_mask = ((attention_mask.float() - 1.0) * torch.finfo(torch.float32).max)[:, None, None, :]
+        cap_feats = self.cap_embedder(context)
+        for layer in self.context_refiner:
+            cap_feats = layer(
+                cap_feats, cap_mask, freqs[:, :, : context.shape[1]], transformer_options=transformer_options
+            )
+        img = self.x_embedder(x.reshape(b, c, hp, 2, wp, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, n, c * 4))
+        img_freqs = torch.stack([freqs[i, :, cap : cap + n] for i, cap in enumerate(caps)])
+        for layer in self.noise_refiner:
+            img = layer(img, None, img_freqs, t, transformer_options=transformer_options)
+        joint = torch.zeros(b, length, self.dim)
+        for i, cap in enumerate(caps):
+            joint[i, :cap] = cap_feats[i, :cap]
+            joint[i, cap : cap + n] = img[i]
+        mask = None
+        if cap_mask is not None:
+            mask = torch.zeros(b, 1, 1, length)
+            mask[..., : max(caps)] = cap_mask[..., : max(caps)]
+        for layer in self.layers:
+            joint = layer(joint, mask, freqs, t, transformer_options=transformer_options)
+        out = torch.stack([joint[i, cap : cap + n] for i, cap in enumerate(caps)])
+        out = self.final_layer(out).reshape(b, hp, wp, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return -out.reshape(b, c, 2 * hp, 2 * wp)[:, :, :h, :w]
+
+
+for _cls in (JointAttention, JointTransformerBlock, NextDiT):
+    _cls.__module__ = "comfy.ldm.lumina.model"
+
+
+# ---------------------------------------------------------------------------------------------- SD3 / SD3.5
+
+
+class JointBlock(nn.Module):
+    """`mmdit.JointBlock` (through `_block_mixing`): the text's and the image's q/k/v, text first, one attention call
+    with `transformer_options` ([B, L, H*D]); with `x_block_self_attn` (SD3.5 Medium's first blocks) a second
+    attention over the image tokens alone through the same function."""
+
+    def __init__(self, dim: int, heads: int, x_block_self_attn: bool = False) -> None:
+        super().__init__()
+        self.heads = heads
+        self.context_qkv, self.x_qkv = nn.Linear(dim, 3 * dim), nn.Linear(dim, 3 * dim)
+        self.context_out, self.x_out = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.x_qkv2 = nn.Linear(dim, 3 * dim) if x_block_self_attn else None
+        self.mod = nn.Linear(dim, dim)
+
+    def forward(
+        self, context: torch.Tensor, x: torch.Tensor, c: torch.Tensor, use_checkpoint: bool = False, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        options = kwargs.get("transformer_options", {})
+        scale = self.mod(F.silu(c))[:, None]
+        cq, ck, cv = self.context_qkv(context).chunk(3, dim=-1)
+        xq, xk, xv = self.x_qkv(x * (1 + scale)).chunk(3, dim=-1)
+        q, k, v = (torch.cat(pair, dim=1) for pair in ((cq, xq), (ck, xk), (cv, xv)))
+        out = optimized_attention(q, k, v, heads=self.heads, transformer_options=options)
+        n = context.shape[1]
+        attn = self.x_out(out[:, n:])
+        if self.x_qkv2 is not None:
+            q2, k2, v2 = self.x_qkv2(x).chunk(3, dim=-1)
+            attn = attn + optimized_attention(q2, k2, v2, heads=self.heads, transformer_options=options)
+        return context + self.context_out(out[:, :n]), x + attn
+
+
+class MMDiT(nn.Module):
+    """`mmdit.MMDiT` at a toy size: 2x2 patches with absolute positions, register tokens ahead of the text."""
+
+    def __init__(self, in_dim: int = 4, dim: int = 32, heads: int = 2, depth: int = 2, registers: int = 0) -> None:
+        super().__init__()
+        self.patch_size = 2
+        self.register_length = registers
+        self.x_embedder = nn.Linear(in_dim * 4, dim)
+        self.pos_embed = nn.Linear(2, dim)
+        self.context_embedder = nn.Linear(CONTEXT_DIM, dim)
+        self.t_embedder = nn.Linear(16, dim)
+        if registers:
+            self.register = nn.Parameter(torch.randn(1, registers, dim))
+        self.joint_blocks = nn.ModuleList(JointBlock(dim, heads, x_block_self_attn=i == 0) for i in range(depth))
+        self.final_layer = nn.Linear(dim, in_dim * 4)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        y: Any = None,
+        context: Any = None,
+        control: Any = None,
+        transformer_options: Any = None,
+    ) -> torch.Tensor:
+        b, c, h, w = x.shape
+        x = F.pad(x, (0, -w % 2, 0, -h % 2))
+        hp, wp = x.shape[2] // 2, x.shape[3] // 2
+        ids = torch.stack(torch.meshgrid(torch.arange(hp), torch.arange(wp), indexing="ij"), dim=-1).reshape(-1, 2)
+        tokens = self.x_embedder(x.reshape(b, c, hp, 2, wp, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, hp * wp, c * 4))
+        tokens = tokens + self.pos_embed(ids.float() / max(hp, wp))
+        vec = self.t_embedder(timestep_embedding(t, 16, scale=1.0))
+        text = self.context_embedder(context)
+        if self.register_length:
+            text = torch.cat([self.register.expand(b, -1, -1), text], dim=1)
+        for block in self.joint_blocks:
+            text, tokens = block(
+                text, tokens, c=vec, use_checkpoint=False, transformer_options=transformer_options or {}
+            )
+        out = self.final_layer(tokens).reshape(b, hp, wp, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return out.reshape(b, c, 2 * hp, 2 * wp)[:, :, :h, :w]
+
+
+class OpenAISignatureMMDITWrapper(MMDiT):
+    """ComfyUI's SD3 model class: `forward(x, timesteps, context, y, control, transformer_options)`."""
+
+    def forward(  # type: ignore[override]
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        context: Any = None,
+        y: Any = None,
+        control: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return super().forward(
+            x, timesteps, context=context, y=y, control=control, transformer_options=transformer_options
+        )
+
+
+for _cls in (JointBlock, MMDiT, OpenAISignatureMMDITWrapper):
+    _cls.__module__ = "comfy.ldm.modules.diffusionmodules.mmdit"
+
+
 class UnknownDiT(nn.Module):
-    """A diffusion transformer ToMe does not reduce (HiDream, Lumina 2, SD3 in ComfyUI): attention over its tokens
+    """A diffusion transformer ToMe does not reduce (HiDream): attention over its tokens
     through the same attention function, in a class no layout describes."""
 
     def __init__(self) -> None:
@@ -468,5 +704,13 @@ UnknownDiT.__module__ = "comfy.ldm.hidream.model"
 
 
 def build_dit(kind: str, seed: int = 0) -> nn.Module:
-    """ "flux", "chroma", "wan" or "unknown": a seeded tiny model."""
-    return _seeded({"flux": Flux, "chroma": Chroma, "wan": WanModel, "unknown": UnknownDiT}[kind], seed)
+    """ "flux", "chroma", "wan", "lumina2", "sd3" or "unknown": a seeded tiny model."""
+    kinds = {
+        "flux": Flux,
+        "chroma": Chroma,
+        "wan": WanModel,
+        "lumina2": NextDiT,
+        "sd3": lambda: OpenAISignatureMMDITWrapper(registers=2),
+        "unknown": UnknownDiT,
+    }
+    return _seeded(kinds[kind], seed)

@@ -63,6 +63,10 @@ class HiDream:
     pass
 
 
+class Lumina2:
+    pass
+
+
 class SD3:
     pass
 
@@ -85,8 +89,9 @@ DITS: dict[str, tuple[type, str, str, float]] = {
     "wan": (WAN21_T2V, "wan", "Wan21", 1000 / 8),  # Wan: timestep = 1000 * sigma
     "wan-i2v": (WAN21_I2V, "wan", "Wan21", 1000 / 8),
     "wan22": (WAN22_T2V, "wan", "Wan22", 1000 / 8),
+    "lumina2": (Lumina2, "lumina2", "Flux", 1 / 8),  # a flow model: timestep = sigma
     "hidream": (HiDream, "unknown", "Flux", 1 / 8),
-    "sd3": (SD3, "unknown", "SD3", 1000 / 8),
+    "sd3": (SD3, "sd3", "SD3", 1000 / 8),  # SD3: timestep = 1000 * sigma
 }
 
 

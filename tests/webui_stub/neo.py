@@ -114,7 +114,11 @@ class Lumina2(Flux):
 
 
 class ZImage(Lumina2):
-    pass
+    @staticmethod
+    def transformer() -> nn.Module:
+        from backend.nn.lumina import NextDiT
+
+        return NextDiT(pad_tokens_multiple=32)  # Neo's Z-Image config pads captions and images to 32 tokens
 
 
 class Wan(Flux):
@@ -153,8 +157,8 @@ class Anima(Flux):
 
 TRANSFORMER_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Lumina2, ZImage, Anima, Wan, QwenImage)
 #: The engines whose transformer `tome_core` reduces (its Forge Neo layouts), and those it names and leaves alone.
-REDUCED_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Wan, QwenImage)
-UNHANDLED_ENGINES: tuple[type[Flux], ...] = (Lumina2, ZImage, Anima)
+REDUCED_ENGINES: tuple[type[Flux], ...] = (Flux, Flux2, Chroma, Lumina2, ZImage, Wan, QwenImage)
+UNHANDLED_ENGINES: tuple[type[Flux], ...] = (Anima,)
 
 
 class EpsilonScaling:

@@ -5,8 +5,8 @@ The module ToMe patches is `sd_model.forge_objects.unet.model.diffusion_model` (
 `.model`; in the Forge 1 forks `.model.diffusion_model` is the same module): a UNet, or in Forge Neo a diffusion
 transformer (`backend.nn.flux.IntegratedFluxTransformer2DModel` for Flux.1, Flux.2 and their variants,
 `backend.nn.chroma.IntegratedChromaTransformer2DModel`, `backend.nn.wan.WanModel`,
-`backend.nn.qwen.QwenImageTransformer2DModel`, each reduced by `tome_core`; Neo's Lumina 2 / Z-Image `NextDiT` and
-`Anima` are not, and get the core's words naming the class). It is one module instance for every generation until a
+`backend.nn.qwen.QwenImageTransformer2DModel`, `backend.nn.lumina.NextDiT` for Lumina 2 and Z-Image, each reduced
+by `tome_core`; Neo's `Anima` is not, and gets the core's words naming the class). It is one module instance for every generation until a
 checkpoint change builds a new one, and it is called with `transformer_options`, which our forward hooks ignore.
 Where Neo's Torch Compile Integrated has put a `torch.compile` wrapper there, the wrapper is handed to `tome_core`,
 which patches the module it runs.
