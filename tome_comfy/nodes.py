@@ -27,13 +27,13 @@ CATEGORY = "model_patches/ToMe"
 DESCRIPTIONS = {
     TOME_NODE: "Token merging (ToMe for SD) on the model for the samplers it feeds: a speed preset, resolved when"
     " sampling starts for the model's family: SD1.x/SD2.x and SDXL (tokens merged, keys/values subsampled), and the"
-    " diffusion transformers Flux.1 and Chroma, Qwen-Image and Wan (keys/values of the generated tokens subsampled,"
-    " text and reference-image tokens kept whole). Other models run unchanged and the log says so. For a hires"
-    " workflow put a second ToMe node on the second sampler's model; each sampling's log line gives the speed-up at"
-    " the size it sampled.",
+    " diffusion transformers Flux.1, Chroma, Qwen-Image, SD3.5, Lumina 2 and Wan (keys/values of the generated tokens"
+    " subsampled, text and reference-image tokens kept whole). Other models run unchanged and the log says so. For a"
+    " hires workflow put a second ToMe node on the second sampler's model; each sampling's log line gives the speed-up"
+    " at the size it sampled.",
     TOME_ADVANCED_NODE: "Token merging (ToMe for SD) with every setting of the core (the same table as the WebUI"
-    " extension's). On a diffusion transformer (Flux.1, Chroma, Qwen-Image, Wan) set mode to kv: the cells (sx,"
-    " sy, st), the block window (block_start, block_end), the step window and random partitions apply there; the"
+    " extension's). On a diffusion transformer (Flux.1, Chroma, Qwen-Image, SD3.5, Lumina 2, Wan) set mode to kv: the"
+    " cells (sx, sy, st), the block window (block_start, block_end), the step window and random partitions apply there; the"
     " node refuses UNet-only settings, naming the field.",
 }
 

@@ -5,7 +5,7 @@ What the lifecycle relies on (read from SD.Next master 058a7f0, see docs/hosts.m
 
 * `shared.sd_model` is a diffusers pipeline; the hires pass runs the same UNet through an image-to-image pipeline
   made from it, the refiner is `shared.sd_refiner` with a UNet of its own. Pipelines without a UNet (Flux, SD3,
-  Qwen-Image, Wan: `.transformer`) are patched through that transformer where `tome_core` reduces its family
+  Qwen-Image, Z-Image, Lumina 2, Wan: `.transformer`) are patched through that transformer where `tome_core` reduces its family
   (diffusers' own classes, `tome_core.families`); another transformer gets the core's words naming its class.
 * Its ScriptRunner has neither `process_before_every_sampling` nor `before_hr`, and `on_cfg_denoiser` never fires
   on the diffusers path. The first pass is applied from `process_batch` (the lifecycle's path for hosts without the
