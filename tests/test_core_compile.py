@@ -50,7 +50,7 @@ def fresh_dynamo() -> Iterator[None]:
 
 #: model name -> (builder, model family)
 MODELS: dict[str, tuple[Callable[[], nn.Module], str]] = {
-    "ldm_sd2": (lambda: build_unet("ldm_sd2"), "sd"),
+    "ldm_sd2": (lambda: build_unet("ldm_sd2_small"), "sd"),  # levels 1 and 2: what tomesd-style merges
     "diffusers_sd1": (lambda: build_unet("diffusers_sd1"), "sd"),
     "diffusers_sdxl": (lambda: build_unet("diffusers_sdxl"), "sdxl"),
     "comfy_sd": (lambda: build_comfy_unet("sd"), "sd"),
@@ -182,7 +182,7 @@ def test_step_window_costs_at_most_one_more_graph() -> None:
 
 
 def test_step_window_of_a_bare_unet_reads_the_timestep_outside_the_graph() -> None:
-    unet = build_unet("ldm_sd1")
+    unet = build_unet("ldm_sd1_small")  # the ldm class: its timestep is `timesteps`, positional
     inputs = make_inputs(1, 16, 16)
     tome_core.apply_patch(unet, preset="quality", step_start=0.2, step_end=0.6)
     counter = GraphCounter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,27 @@ def test_the_ladder_never_falls_and_each_preset_saves_what_its_reference_saves(a
     for name in names:
         held = tome_core.get_preset(name).fidelity[family].reference
         assert got[name] >= got[reference[held]] * 0.999, (name, held, got)
+
+
+def _summary(tr: Any) -> tuple[Any, ...]:
+    return [op.name for op in tr.ops], tr.launching, tr.kernels, tr.flops, sum(op.bytes for op in tr.ops)
+
+
+def test_outputs_made_directly_on_the_meta_device_trace_the_same_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace makes a few operations' outputs itself on the meta device (their meta functions are slow Python
+    decompositions): the trace of a patched UNet call and of a DiT call are op for op, FLOP for FLOP and byte for
+    byte those of the meta functions themselves."""
+    from tome_bench import dit_archs, gpu_estimate
+
+    arch = dit_archs.DIT_ARCHS["flux-tiny"]
+    flux = arch.build()
+    unet = meta_unet("sd15")
+
+    def traces() -> list[tuple[Any, ...]]:
+        patched = trace_call(unet, "sd15", 512, lambda u: tome_core.apply_patch(u, preset="fast"))
+        dit = dit_archs.trace_call(arch, flux, arch.sizes[0], lambda m: tome_core.apply_patch(m, preset="balanced"))
+        return [_summary(patched), _summary(dit)]
+
+    fast = traces()
+    monkeypatch.setattr(gpu_estimate, "_META_OUTPUTS", {})
+    assert traces() == fast

@@ -47,6 +47,8 @@ ATTENTION_LEVELS = {
     "diffusers_sd1": (1, 2, 4, 8),
     "diffusers_sdxl": (2, 4),
     "diffusers_sd1_small": (1, 2),
+    "ldm_sd1_small": (1, 2),
+    "ldm_sd2_small": (1, 2),
 }
 
 #: transformer blocks per downsample level, per kind
@@ -56,6 +58,8 @@ BLOCKS_PER_LEVEL = {
     "diffusers_sd1": {1: 3, 2: 3, 4: 3, 8: 1},
     "diffusers_sdxl": {2: 3, 4: 8},
     "diffusers_sd1_small": {1: 3, 2: 1},
+    "ldm_sd1_small": {1: 3, 2: 4},
+    "ldm_sd2_small": {1: 3, 2: 4},
 }
 
 
@@ -130,6 +134,32 @@ def build_ldm_sd2(seed: int = 0) -> nn.Module:
             context_dim=CONTEXT_DIM,
             use_checkpoint=False,
             legacy=False,
+        )
+        return _finish(model)
+
+
+def build_ldm_small(seed: int = 0, sd2: bool = False) -> nn.Module:
+    """A two-level LDM UNet (SD1-like, or SD2-like with `sd2`): attention at levels 1 and 2, the middle block's at 2.
+    For torch.compile tests on the ldm class where the deep levels are not the point: dynamo unrolls each block's
+    `self.parameters()` (ldm's checkpoint call), so its time grows with the parameters."""
+    from ldm.modules.diffusionmodules.openaimodel import UNetModel
+
+    heads = {"num_head_channels": 16, "use_linear_in_transformer": True} if sd2 else {"num_heads": 4}
+    with _seeded(seed):
+        model = UNetModel(
+            image_size=16,
+            in_channels=LATENT_CHANNELS,
+            out_channels=LATENT_CHANNELS,
+            model_channels=32,
+            attention_resolutions=(2, 1),
+            num_res_blocks=1,
+            channel_mult=(1, 2),
+            use_spatial_transformer=True,
+            transformer_depth=1,
+            context_dim=CONTEXT_DIM,
+            use_checkpoint=False,
+            legacy=False,
+            **heads,
         )
         return _finish(model)
 
@@ -214,6 +244,8 @@ BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "diffusers_sd1": build_diffusers_sd1,
     "diffusers_sdxl": build_diffusers_sdxl,
     "diffusers_sd1_small": build_diffusers_sd1_small,  # not in UNET_KINDS: only where a test names it
+    "ldm_sd1_small": build_ldm_small,
+    "ldm_sd2_small": lambda seed=0: build_ldm_small(seed, sd2=True),
 }
 
 

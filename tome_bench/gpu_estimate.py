@@ -18,8 +18,9 @@ profiles in docs/runs (`calibration_points`). Imports torch only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,33 @@ def _bytes(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
     return read + written
 
 
+def _layer_norm(x: torch.Tensor, normalized: Sequence[int], *_: Any) -> tuple[torch.Tensor, ...]:
+    stats = (*x.shape[: x.dim() - len(normalized)], *([1] * len(normalized)))
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    empty = functools.partial(torch.empty, device=x.device)
+    return empty(x.shape, dtype=x.dtype), empty(stats, dtype=wide), empty(stats, dtype=wide)
+
+
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+
+
+def _attention(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """A fused attention kernel's output: written [B, L, H, D], returned as a [B, H, L, D] view."""
+    shape = (*q.shape[:-3], q.shape[-2], q.shape[-3], v.shape[-1])
+    return torch.empty(shape, dtype=q.dtype, device=q.device).transpose(-3, -2)
+
+
+#: Outputs of operations whose meta functions are Python decompositions (a third of a trace's time), made directly
+#: on the meta device with the shapes, dtypes and layouts those give: the same trace, op for op
+#: (tests/test_gpu_budget.py traces with and without them).
+_META_OUTPUTS: dict[Any, Callable[..., Any]] = {
+    F.scaled_dot_product_attention: _attention,
+    torch.ops.aten.native_layer_norm.default: _layer_norm,
+    torch.ops.aten.addmm.default: _addmm,
+}
+
+
 class _Record(TorchDispatchMode):
     def __init__(self, trace: Trace) -> None:
         super().__init__()
@@ -126,7 +154,11 @@ class _Record(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        fast = _META_OUTPUTS.get(func)
+        if fast is not None and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
+            out = fast(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         if self.muted:
             return out
         name = op_name(func)
@@ -169,8 +201,13 @@ class _FusedAttention(TorchFunctionMode):
         self.record.muted += 1
         try:
             # The fused kernels write [B, L, H, D] and return it as a [B, H, L, D] view: transposing back (as
-            # diffusers and ldm do) is then free, where the math path's contiguous output would need a copy.
-            out = func(*args, **kwargs).transpose(-3, -2).contiguous().transpose(-3, -2)
+            # diffusers and ldm do) is then free, where the math path's contiguous output would need a copy. On the
+            # meta device: that output alone, not the math path's decomposition.
+            fast = _META_OUTPUTS.get(func) if q.device.type == "meta" and q.dim() >= 3 else None
+            if fast is not None:
+                out = fast(q, v)
+            else:
+                out = func(*args, **kwargs).transpose(-3, -2).contiguous().transpose(-3, -2)
         finally:
             self.record.muted -= 1
         if not self.record.muted:
