@@ -239,9 +239,11 @@ class AttentionHook(Hook):
                 self.grid_miss = True
             return None
         index = _index(state, tokens, after, self.plan, key.device)
-        if index.dim() == 2 and int(key.shape[0]) != int(index.shape[0]):
-            self.grid_miss = True  # per-sample captions, another batch: not the sequence the layout read
-            return None
+        if index.dim() == 2:  # per-sample captions: the batch must be the one the layout read, and so the mask's
+            other_batch = int(key.shape[0]) != int(index.shape[0])
+            if other_batch or (isinstance(mask, torch.Tensor) and mask.dim() < 2):
+                self.grid_miss = True
+                return None
         if isinstance(mask, torch.Tensor) and mask.dim() > 0 and int(mask.shape[-1]) == int(key.shape[dim]):
             mask = _take(mask, index, -1)
         self.applied = True
