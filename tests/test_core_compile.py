@@ -162,7 +162,13 @@ def test_patched_unet_compiles_to_one_graph_for_every_sampling(model: str, field
     assert (stats.unet_calls, stats.applied, stats.reached, stats.planned) == (len(STEPS), *merged)
     tome_core.remove_patch(unet)
     for t in STEPS[:2]:
-        torch.testing.assert_close(call(compiled, inputs, t), plain[t], rtol=0, atol=0)
+        torch.testing.assert_close(call(unet, inputs, t), plain[t], rtol=0, atol=0)
+    # Removed, the patched graph's guards fail: the compiled model would trace the plain forward afresh (as any
+    # unpatched model's first call does) instead of running the patched graph. Asked to fail on a recompile, it
+    # says so (fullgraph: the UNet's forward is its one frame). The other tests here run such plain graphs through.
+    with torch.compiler.set_stance("fail_on_recompile"), pytest.raises(RuntimeError, match="Detected recompile"):
+        call(compiled, inputs, STEPS[0])
+    assert len(counter.graphs) == 1
 
 
 def test_step_window_costs_at_most_one_more_graph() -> None:
