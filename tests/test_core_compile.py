@@ -188,7 +188,9 @@ def test_step_window_costs_at_most_one_more_graph() -> None:
 
 
 def test_step_window_of_a_bare_unet_reads_the_timestep_outside_the_graph() -> None:
-    unet = build_unet("ldm_sd1_small")  # the ldm class: its timestep is `timesteps`, positional
+    # ComfyUI's ldm-style UNet: `forward(x, timesteps, context)`, the timestep positional as in ldm (the ldm class
+    # itself costs dynamo ~20 s a graph, unrolling each block's `self.parameters()`; tomesd-style runs on it above).
+    unet = build_comfy_unet("sd")
     inputs = make_inputs(1, 16, 16)
     tome_core.apply_patch(unet, preset="quality", step_start=0.2, step_end=0.6)
     counter = GraphCounter()

@@ -47,7 +47,6 @@ ATTENTION_LEVELS = {
     "diffusers_sd1": (1, 2, 4, 8),
     "diffusers_sdxl": (2, 4),
     "diffusers_sd1_small": (1, 2),
-    "ldm_sd1_small": (1, 2),
     "ldm_sd2_small": (1, 2),
 }
 
@@ -58,7 +57,6 @@ BLOCKS_PER_LEVEL = {
     "diffusers_sd1": {1: 3, 2: 3, 4: 3, 8: 1},
     "diffusers_sdxl": {2: 3, 4: 8},
     "diffusers_sd1_small": {1: 3, 2: 1},
-    "ldm_sd1_small": {1: 3, 2: 4},
     "ldm_sd2_small": {1: 3, 2: 4},
 }
 
@@ -139,7 +137,8 @@ def build_ldm_sd2(seed: int = 0) -> nn.Module:
 
 
 def build_ldm_small(seed: int = 0, sd2: bool = False) -> nn.Module:
-    """A two-level LDM UNet (SD1-like, or SD2-like with `sd2`): attention at levels 1 and 2, the middle block's at 2.
+    """A two-level LDM UNet (SD1-like, or SD2-like with `sd2`: "ldm_sd2_small"): attention at levels 1 and 2, the
+    middle block's at 2.
     For torch.compile tests on the ldm class where the deep levels are not the point: dynamo unrolls each block's
     `self.parameters()` (ldm's checkpoint call), so its time grows with the parameters."""
     from ldm.modules.diffusionmodules.openaimodel import UNetModel
@@ -244,7 +243,6 @@ BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "diffusers_sd1": build_diffusers_sd1,
     "diffusers_sdxl": build_diffusers_sdxl,
     "diffusers_sd1_small": build_diffusers_sd1_small,  # not in UNET_KINDS: only where a test names it
-    "ldm_sd1_small": build_ldm_small,
     "ldm_sd2_small": lambda seed=0: build_ldm_small(seed, sd2=True),
 }
 
