@@ -89,58 +89,9 @@ def _finish(model: nn.Module) -> nn.Module:
 # ---------------------------------------------------------------------------------------------- builders
 
 
-def build_ldm_sd1(seed: int = 0) -> nn.Module:
-    """Tiny SD1-like LDM UNet: channels 32/64/64/64, attention at levels 1, 2, 4 (+ middle at 8), 4 heads, conv proj_in."""
-    from ldm.modules.diffusionmodules.openaimodel import UNetModel
-
-    with _seeded(seed):
-        model = UNetModel(
-            image_size=16,
-            in_channels=LATENT_CHANNELS,
-            out_channels=LATENT_CHANNELS,
-            model_channels=32,
-            attention_resolutions=(4, 2, 1),
-            num_res_blocks=1,
-            channel_mult=(1, 2, 2, 2),
-            num_heads=4,
-            use_spatial_transformer=True,
-            transformer_depth=1,
-            context_dim=CONTEXT_DIM,
-            use_checkpoint=False,
-            legacy=False,
-        )
-        return _finish(model)
-
-
-def build_ldm_sd2(seed: int = 0) -> nn.Module:
-    """Tiny SD2-like LDM UNet: linear proj_in/out, heads of 16 channels, attention at levels 1, 2, 4 (+ middle at 8)."""
-    from ldm.modules.diffusionmodules.openaimodel import UNetModel
-
-    with _seeded(seed):
-        model = UNetModel(
-            image_size=16,
-            in_channels=LATENT_CHANNELS,
-            out_channels=LATENT_CHANNELS,
-            model_channels=32,
-            attention_resolutions=(4, 2, 1),
-            num_res_blocks=1,
-            channel_mult=(1, 2, 2, 2),
-            num_head_channels=16,
-            use_spatial_transformer=True,
-            use_linear_in_transformer=True,
-            transformer_depth=1,
-            context_dim=CONTEXT_DIM,
-            use_checkpoint=False,
-            legacy=False,
-        )
-        return _finish(model)
-
-
-def build_ldm_small(seed: int = 0, sd2: bool = False) -> nn.Module:
-    """A two-level LDM UNet (SD1-like, or SD2-like with `sd2`: "ldm_sd2_small"): attention at levels 1 and 2, the
-    middle block's at 2.
-    For torch.compile tests on the ldm class where the deep levels are not the point: dynamo unrolls each block's
-    `self.parameters()` (ldm's checkpoint call), so its time grows with the parameters."""
+def _ldm(seed: int, sd2: bool, levels: int = 4) -> nn.Module:
+    """A tiny LDM UNet: channels 32/64/.., attention at every level but the deepest (+ the middle block's there);
+    SD1-like (4 heads, conv proj_in) or SD2-like (heads of 16 channels, linear proj_in/out)."""
     from ldm.modules.diffusionmodules.openaimodel import UNetModel
 
     heads = {"num_head_channels": 16, "use_linear_in_transformer": True} if sd2 else {"num_heads": 4}
@@ -150,9 +101,9 @@ def build_ldm_small(seed: int = 0, sd2: bool = False) -> nn.Module:
             in_channels=LATENT_CHANNELS,
             out_channels=LATENT_CHANNELS,
             model_channels=32,
-            attention_resolutions=(2, 1),
+            attention_resolutions=tuple(2**i for i in reversed(range(min(levels, 3)))),
             num_res_blocks=1,
-            channel_mult=(1, 2),
+            channel_mult=(1, *([2] * (levels - 1))),
             use_spatial_transformer=True,
             transformer_depth=1,
             context_dim=CONTEXT_DIM,
@@ -161,6 +112,23 @@ def build_ldm_small(seed: int = 0, sd2: bool = False) -> nn.Module:
             **heads,
         )
         return _finish(model)
+
+
+def build_ldm_sd1(seed: int = 0) -> nn.Module:
+    """Tiny SD1-like LDM UNet: channels 32/64/64/64, attention at levels 1, 2, 4 (+ middle at 8), 4 heads, conv proj_in."""
+    return _ldm(seed, sd2=False)
+
+
+def build_ldm_sd2(seed: int = 0) -> nn.Module:
+    """Tiny SD2-like LDM UNet: linear proj_in/out, heads of 16 channels, attention at levels 1, 2, 4 (+ middle at 8)."""
+    return _ldm(seed, sd2=True)
+
+
+def build_ldm_sd2_small(seed: int = 0) -> nn.Module:
+    """A two-level SD2-like LDM UNet: attention at levels 1 and 2, the middle block's at 2. For torch.compile tests on
+    the ldm class where the deep levels are not the point (dynamo unrolls each block's `self.parameters()`, ldm's
+    checkpoint call)."""
+    return _ldm(seed, sd2=True, levels=2)
 
 
 def build_diffusers_sd1(seed: int = 0) -> nn.Module:
@@ -243,7 +211,7 @@ BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "diffusers_sd1": build_diffusers_sd1,
     "diffusers_sdxl": build_diffusers_sdxl,
     "diffusers_sd1_small": build_diffusers_sd1_small,  # not in UNET_KINDS: only where a test names it
-    "ldm_sd2_small": lambda seed=0: build_ldm_small(seed, sd2=True),
+    "ldm_sd2_small": build_ldm_sd2_small,
 }
 
 
