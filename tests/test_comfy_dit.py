@@ -1,5 +1,5 @@
 """The ComfyUI nodes on diffusion transformers (issue 43), driven through the ComfyUI-shaped stand-in: tiny Flux, Wan,
-SD3 and Lumina 2 models whose classes carry ComfyUI's module names and whose attention goes through a stand-in of ComfyUI's
+SD3, Lumina 2 and Z-Image models whose classes carry ComfyUI's module names and whose attention goes through a stand-in of ComfyUI's
 `wrap_attn` / `optimized_attention_override` (tests/comfy_stub/dit.py)."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ ARGS: dict[str, dict[str, Any]] = {
     "wan": {"frames": 5, "size": 8},
     "lumina2": {"attention_mask": LUMINA_MASK, "num_tokens": TEXT},
     "sd3": {},
+    "zimage": {},
 }
 
 
@@ -72,7 +73,7 @@ def tome_lines(caplog: Any) -> list[tuple[str, str]]:
     return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "tome"]
 
 
-@pytest.fixture(params=["flux", "wan", "lumina2", "sd3"])
+@pytest.fixture(params=["flux", "wan", "lumina2", "zimage", "sd3"])
 def family(request: Any) -> str:
     return request.param
 
@@ -102,6 +103,7 @@ def test_presets_resolve_for_the_family_of_comfyuis_model_config(caplog: Any) ->
         ("wan22", "wan", ARGS["wan"]),
         ("lumina2", "lumina2", ARGS["lumina2"]),
         ("sd3", "sd3", {}),
+        ("zimage", "zimage", {}),
     ):
         caplog.clear()
         sample(tome(load_checkpoint(name), "Fast"), **args)
@@ -212,6 +214,8 @@ def spy(monkeypatch: Any) -> ReduceSpy:
         ("wan", ARGS["wan"], 16, (4, 4, 4), 0),
         # SD3: two register tokens and the text (5), then the 8x8 image grid.
         ("sd3", {}, 2 + 5, (8, 8), 0),
+        # Z-Image: the text (5) padded to 32 tokens, then the 8x8 image grid.
+        ("zimage", {}, 32, (8, 8), 0),
     ],
 )
 def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_position(

@@ -500,11 +500,15 @@ class NextDiT(nn.Module):
     """`comfy.ldm.lumina.model.NextDiT` (Lumina 2) at a toy size: `forward(x, timesteps, context, num_tokens,
     attention_mask, transformer_options)`; per sample, the caption's tokens its mask keeps (else `num_tokens`), then
     the image's 2x2 patch tokens, then zeros up to the batch's longest; an additive mask over the captions' span; the
-    caption and the image refined alone first; `t = 1 - timesteps`."""
+    caption and the image refined alone first; `t = 1 - timesteps`. With `pad_tokens_multiple` (Z-Image, as ComfyUI
+    builds it after a125cd84 and Forge Neo does): the caption padded to a multiple of it, every token kept."""
 
-    def __init__(self, in_dim: int = 4, dim: int = 32, heads: int = 2, layers: int = 2) -> None:
+    def __init__(
+        self, in_dim: int = 4, dim: int = 32, heads: int = 2, layers: int = 2, pad_tokens_multiple: int | None = None
+    ) -> None:
         super().__init__()
         self.patch_size = 2
+        self.pad_tokens_multiple = pad_tokens_multiple
         self.dim = dim
         self.axes = (4, 6, 6)  # rotary dims per id axis (caption position, row, column): head dim 16
         self.x_embedder = nn.Linear(in_dim * 4, dim)
@@ -539,6 +543,9 @@ class NextDiT(nn.Module):
         transformer_options: dict[str, Any],
     ) -> torch.Tensor:
         b, c, h, w = x.shape
+        if self.pad_tokens_multiple:
+            context = F.pad(context, (0, 0, 0, -context.shape[1] % self.pad_tokens_multiple))
+            attention_mask, num_tokens = None, None
         x = F.pad(x, (0, -w % 2, 0, -h % 2))
         hp, wp = x.shape[2] // 2, x.shape[3] // 2
         n = hp * wp
@@ -704,12 +711,13 @@ UnknownDiT.__module__ = "comfy.ldm.hidream.model"
 
 
 def build_dit(kind: str, seed: int = 0) -> nn.Module:
-    """ "flux", "chroma", "wan", "lumina2", "sd3" or "unknown": a seeded tiny model."""
+    """ "flux", "chroma", "wan", "lumina2", "zimage", "sd3" or "unknown": a seeded tiny model."""
     kinds = {
         "flux": Flux,
         "chroma": Chroma,
         "wan": WanModel,
         "lumina2": NextDiT,
+        "zimage": lambda: NextDiT(pad_tokens_multiple=32),
         "sd3": lambda: OpenAISignatureMMDITWrapper(registers=2),
         "unknown": UnknownDiT,
     }

@@ -67,6 +67,10 @@ class Lumina2:
     pass
 
 
+class ZImage(Lumina2):
+    pass  # a config of ComfyUI after a125cd84, derived from Lumina2's
+
+
 class SD3:
     pass
 
@@ -90,6 +94,7 @@ DITS: dict[str, tuple[type, str, str, float]] = {
     "wan-i2v": (WAN21_I2V, "wan", "Wan21", 1000 / 8),
     "wan22": (WAN22_T2V, "wan", "Wan22", 1000 / 8),
     "lumina2": (Lumina2, "lumina2", "Flux", 1 / 8),  # a flow model: timestep = sigma
+    "zimage": (ZImage, "zimage", "Flux", 1 / 8),
     "hidream": (HiDream, "unknown", "Flux", 1 / 8),
     "sd3": (SD3, "sd3", "SD3", 1000 / 8),  # SD3: timestep = 1000 * sigma
 }
