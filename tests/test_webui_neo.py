@@ -360,3 +360,42 @@ def test_torch_compile_integrated_reduces_a_transformer() -> None:
     assert webui.graphs.graphs == graphs and equal(again, reduced)
     off, _ = webui.run(tome=tome_args(False), steps=2)
     assert equal(off, without) and not tome_core.is_patched(module_of(engine)) and errors.reported == []
+
+
+class _Keys(torch.overrides.TorchFunctionMode):
+    """The keys of every scaled_dot_product_attention call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.keys.append(args[1].detach().clone())
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("multiple", "caption"), [(32, 32), (None, 7)], ids=["Z-Image", "Lumina 2"])
+def test_neo_nextdit_keeps_the_whole_caption_and_subsamples_its_own_grid(multiple: int | None, caption: int) -> None:
+    """Neo's `NextDiT`: the caption (7 tokens; Z-Image pads it to 32), then the 8x8 grid. In the first joint block
+    (after the caption's and the image's refiners) the keys under the patch are the unpatched keys of every caption
+    token and of the centre of each 2x2 cell."""
+    from backend.nn.lumina import NextDiT
+
+    from tome_core.merge import kv_index
+
+    torch.manual_seed(0)
+    model = NextDiT(pad_tokens_multiple=multiple).eval()
+    x, context = torch.randn(2, 4, 16, 16), torch.randn(2, 7, forge.CONTEXT_DIM)
+
+    def first_joint_keys() -> torch.Tensor:
+        with _Keys() as seen, torch.no_grad():
+            model(x, torch.full((2,), 0.5), context)
+        return seen.keys[2]
+
+    full = first_joint_keys()
+    tome_core.apply_patch(model, sx=2, sy=2)
+    reduced = first_joint_keys()
+    tome_core.remove_patch(model)
+    index = kv_index(caption, (1, 8, 8), int(full.shape[-2]) - caption - 64, 1, 2, 2, "cpu")
+    assert torch.equal(reduced, full.index_select(-2, index))
