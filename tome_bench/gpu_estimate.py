@@ -195,9 +195,6 @@ class _FusedAttention(TorchFunctionMode):
         names = ("query", "key", "value")
         args = (*args, *(kwargs.pop(n) for n in names[len(args) : 3]))  # diffusers passes them by keyword
         q, k, v = args[:3]
-        mask = kwargs.get("attn_mask")
-        if isinstance(mask, torch.Tensor) and mask.device != q.device:
-            kwargs["attn_mask"] = mask.to(q.device)  # a mask a model reads back, made on the CPU for a meta trace
         self.record.muted += 1
         try:
             # The fused kernels write [B, L, H, D] and return it as a [B, H, L, D] view: transposing back (as
@@ -207,6 +204,9 @@ class _FusedAttention(TorchFunctionMode):
             if fast is not None:
                 out = fast(q, v)
             else:
+                mask = kwargs.get("attn_mask")
+                if isinstance(mask, torch.Tensor) and mask.device != q.device:
+                    kwargs["attn_mask"] = mask.to(q.device)  # a mask a model reads back, made on the CPU
                 out = func(*args, **kwargs).transpose(-3, -2).contiguous().transpose(-3, -2)
         finally:
             self.record.muted -= 1

@@ -35,7 +35,7 @@ from torch.utils.hooks import RemovableHandle
 from tome_core.compat import eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
-from tome_core.hooks import Hook, uninstall, unmark
+from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_index, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
 
@@ -175,8 +175,7 @@ def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     timesteps = getattr(scheduler, "timesteps", None)
     if timesteps is not None and len(timesteps) > 0:
         return config.active_at((getattr(scheduler, "step_index", None) or 0) / len(timesteps))
-    named = (kwargs[name] for name in ("timestep", "timesteps", "t") if name in kwargs)
-    timestep = next(named, args[1] if len(args) > 1 else None)
+    timestep = timestep_arg(args, kwargs)
     if not isinstance(timestep, torch.Tensor) or not timestep.numel():
         return True
     value = float(timestep.reshape(-1)[0]) / state.layout.timestep_max  # a bare model's documented read-back

@@ -192,9 +192,23 @@ def _ids_grid(ids: torch.Tensor, memo: MutableMapping[Any, Any]) -> tuple[int, i
     The ids live on the device: this reads four numbers back once per ids tensor, which a pipeline makes once per
     generation and passes at every step (`memo`), never once per call.
     """
-    seen = memo.get(id(ids))
-    if seen is not None and seen[0]() is ids:  # by identity: tensors compare elementwise
+    return _read_once(memo, ids, _read_ids_grid)
+
+
+def _read_once(memo: MutableMapping[Any, Any], tensor: torch.Tensor, read: Callable[[torch.Tensor], Any]) -> Any:
+    """`read(tensor)`, kept in `memo` by the tensor's identity (tensors compare elementwise), so that what a
+    pipeline passes at every step is read back once; `memo` forgets earlier generations' tensors."""
+    seen = memo.get(id(tensor))
+    if seen is not None and seen[0]() is tensor:
         return seen[1]
+    found = read(tensor)
+    if len(memo) > 8:
+        memo.clear()
+    memo[id(tensor)] = (weakref.ref(tensor), found)
+    return found
+
+
+def _read_ids_grid(ids: torch.Tensor) -> tuple[int, int, int, int] | None:
     flat = ids[0] if ids.dim() == 3 else ids
     rows_col, cols_col = (1, 2) if flat.shape[-1] == 3 else (flat.shape[-1] - 3, flat.shape[-1] - 2)
     generated = flat[:, 0] == 0
@@ -202,11 +216,7 @@ def _ids_grid(ids: torch.Tensor, memo: MutableMapping[Any, Any]) -> tuple[int, i
     h = flat[:, rows_col].masked_fill(~generated, 0).amax() + 1
     w = flat[:, cols_col].masked_fill(~generated, 0).amax() + 1
     offset, rows, cols, count = (int(v) for v in torch.stack([first, h, w, generated.sum()]).to("cpu"))
-    found = (offset, rows, cols, count) if rows * cols == count else None
-    if len(memo) > 8:
-        memo.clear()  # ids of earlier generations
-    memo[id(ids)] = (weakref.ref(ids), found)
-    return found
+    return (offset, rows, cols, count) if rows * cols == count else None
 
 
 def _packed_with_ids(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
@@ -252,14 +262,7 @@ def _image_then_text(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
 def _caption_lengths(mask: torch.Tensor, memo: MutableMapping[Any, Any]) -> tuple[int, ...]:
     """Each sample's caption tokens: the ones its attention mask [B, L] keeps. Read back once per mask tensor (the
     model reads them back itself to lay out its sequence)."""
-    seen = memo.get(id(mask))
-    if seen is not None and seen[0]() is mask:
-        return seen[1]
-    found = tuple(int(n) for n in (mask != 0).sum(dim=1).to("cpu"))
-    if len(memo) > 8:
-        memo.clear()
-    memo[id(mask)] = (weakref.ref(mask), found)
-    return found
+    return _read_once(memo, mask, lambda m: tuple(int(n) for n in (m != 0).sum(dim=1).to("cpu")))
 
 
 def _captions_ahead(captions: Sequence[int], grid: tuple[int, int, int]) -> Tokens:

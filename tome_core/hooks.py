@@ -68,3 +68,12 @@ def uninstall(state: Any) -> None:
     for hook in reversed(state.hooks):
         hook.uninstall()
     state.hooks.clear()
+
+
+def timestep_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The timestep a model's forward got: by its name (diffusers `timestep`, ldm and ComfyUI `timesteps`, Z-Image
+    `t`), else the second positional argument (every UNet's and ComfyUI's DiTs')."""
+    for name in ("timestep", "timesteps", "t"):
+        if name in kwargs:
+            return kwargs[name]
+    return args[1] if len(args) > 1 else None

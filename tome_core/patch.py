@@ -49,7 +49,7 @@ from tome_core.dit import check_config as check_dit_config
 from tome_core.dit import reduce as reduce_dit
 from tome_core.dit import remove as remove_dit
 from tome_core.families import family, find_layout, handled
-from tome_core.hooks import Hook, uninstall, unmark
+from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
 from tome_core.merge import (
     BandMatch,
     BandMerge,
@@ -582,7 +582,7 @@ def _unet_pre_hook(state: _State) -> Callable[..., None]:
         if latent != state.latent:
             state.latent = latent
             state.grids = {level: grid(level, latent) for level in state.table.block_levels}
-        timestep = _timestep_arg(args, kwargs)
+        timestep = timestep_arg(args, kwargs)
         fraction = _fraction(state, timestep)
         active = fraction is None or state.config.active_at(fraction)
         state.unet_calls += 1
@@ -604,10 +604,6 @@ def _unet_post_hook(state: _State) -> Callable[..., None]:
         unmark(state)
 
     return hook
-
-
-def _timestep_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return args[1] if len(args) > 1 else kwargs.get("timesteps", kwargs.get("timestep", kwargs.get("t")))
 
 
 def _call_partition(state: _State, call: _Call, level: int, device: torch.device) -> Partition:
@@ -761,7 +757,7 @@ class _UNetHook(Hook):
     """
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        timestep = _timestep_arg(args, kwargs)
+        timestep = timestep_arg(args, kwargs)
         state = getattr(self.module, STATE_ATTR, None)
         if self.passthrough or state is None or state.call is None or not isinstance(timestep, torch.Tensor):
             return self.call(*args, **kwargs)  # outside the step window, or a number the pre-hook made a tensor
