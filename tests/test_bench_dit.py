@@ -15,12 +15,20 @@ from torch.overrides import TorchFunctionMode
 import tome_core
 from tome_bench import dit_archs, dit_standin
 
-#: The stand-in's Flux.1 at a test's size: the same surgery on two blocks a stream and a 12 x 12 grid.
-TINY_FLUX = replace(
-    dit_standin.FAMILIES["flux"],
-    config={**dit_standin.FAMILIES["flux"].config, "num_layers": 1, "num_single_layers": 1},
-    latent=(16, 24, 24),
-)
+#: The config keys of each family's block counts.
+_BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
+#: The families the panel gained after Flux.1 and Wan.
+NEW = ("chroma", "flux2", "qwen", "zimage", "lumina2", "sd3")
+
+
+def tiny(name: str) -> dit_standin.Family:
+    """A stand-in family at a test's size: the same surgery on one block of each kind and a 12 x 12 grid."""
+    family = dit_standin.FAMILIES[name]
+    blocks = {key: 1 for key in _BLOCKS if key in family.config}
+    return replace(family, config={**family.config, **blocks}, latent=(*family.latent[:-2], 24, 24))
+
+
+TINY_FLUX = tiny("flux")
 
 
 class Entropy(TorchFunctionMode):
@@ -29,6 +37,7 @@ class Entropy(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.shares: list[float] = []
+        self.tied: list[bool] = []  # per self-attention call (as many keys as queries): whether they are equal
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -37,13 +46,15 @@ class Entropy(TorchFunctionMode):
             weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
             entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1).mean()
             self.shares.append(float(entropy) / math.log(k.shape[-2]))
+            if q.shape[-2] == k.shape[-2]:
+                self.tied.append(torch.equal(q, k))
         return func(*args, **kwargs)
 
 
-def entropy(sharpness: float | None) -> float:
-    model = dit_standin.build(TINY_FLUX, sharpness)
+def entropy(sharpness: float | None, family: dit_standin.Family = TINY_FLUX) -> float:
+    model = dit_standin.build(family, sharpness)
     with Entropy() as seen:
-        dit_standin.one_call(model, TINY_FLUX, 0)
+        dit_standin.one_call(model, family, 0)
     return sum(seen.shares) / len(seen.shares)
 
 
@@ -51,6 +62,48 @@ def test_the_stand_in_attends_by_content_where_random_weights_attend_uniformly()
     random, stand_in, sharper = entropy(None), entropy(0.85), entropy(1.0)
     assert random > 0.85  # nearly uniform: subsampling keys/values would look free
     assert sharper < stand_in < random - 0.1
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_every_attention_of_the_stand_in_compares_tokens_with_one_projection(name: str) -> None:
+    """Each family's surgery finds the query/key projections of every attention module (separate, fused with the
+    MLP as in Flux.2's single blocks, or one key head to three query heads as in Lumina 2): in each self-attention
+    call the keys equal the queries, and attention is sharper than with random weights."""
+    family = tiny(name)
+    model = dit_standin.build(family, None)
+    assert tome_core.model_family(model) == name
+    attentions = sum(hasattr(module, "processor") for module in model.modules())
+    assert dit_standin.surgery(model, family, 0.85) == attentions
+    with Entropy() as seen:
+        dit_standin.one_call(model, family, 0)
+    assert len(seen.tied) == attentions and all(seen.tied)
+    assert entropy(0.85, family) < entropy(None, family) - 0.1
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_a_stand_in_generates_and_every_preset_comes_off_exactly(name: str) -> None:
+    """One call and a generation as the family's pipeline runs them; each preset applies, generates, and once
+    removed leaves the model's output bit for bit as it was; the naive port changes it."""
+    family = tiny(name)
+    model = dit_standin.build(family, 0.85)
+    base = dit_standin.one_call(model, family, 0)
+    assert base.shape == (1, *family.latent) and bool(base.isfinite().all())
+    assert bool(dit_standin.generate(model, family, 2, 0).isfinite().all())
+    for preset in tome_core.presets():
+        tome_core.apply_patch(model, preset=preset.name)
+        assert bool(dit_standin.generate(model, family, 2, 0).isfinite().all())
+        tome_core.remove_patch(model)
+        assert torch.equal(dit_standin.one_call(model, family, 0), base)
+    tome_core.apply_patch(model, mode="kv", sx=2, sy=2)
+    assert dit_standin.change(dit_standin.one_call(model, family, 0), base) > 0
+    tome_core.remove_patch(model)
+    assert torch.equal(dit_standin.one_call(model, family, 0), base)
+
+
+@pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
+def test_every_family_has_a_step_saving_reference_per_preset_at_the_size_users_run(name: str) -> None:
+    names = [v.name for v in dit_standin.variants(name, dit_standin.SIZES[name])]
+    assert sum(n.startswith("fewer steps") for n in names) == len(tome_core.presets())
 
 
 def test_the_panel_runs_the_references_beside_the_presets() -> None:

@@ -6,14 +6,16 @@ itself, nearby ones most (the rotary embedding's phase falls off with distance).
 surgery on the real architecture (diffusers' class, fewer blocks and channels so that it runs on a CPU): in every
 attention the key projection is the query projection (per stream: image and text), and the per-head RMS norms that
 follow both are set so that a logit is `LOGIT_SCALE * sharpness` times the cosine similarity of two tokens'
-projected features, the scale the UNet stand-ins are fitted at (tome_bench.standin). Nothing here is fitted to a
-trained DiT (none can be downloaded here): docs/fidelity.md says what is unknown.
+projected features, the scale the UNet stand-ins are fitted at (tome_bench.standin); SD3.5's absolute position table
+is centred over the stand-in's grid (`_centre_positions`). Nothing here is fitted to a trained DiT (none can be
+downloaded here): docs/fidelity.md says what is unknown.
 
-The panel (`python -m tome_bench dit-fidelity`): per family (Flux.1, Wan) and variant (random, stand-in, sharper,
-softer), how much each preset changes the output beside the references a DiT user can reproduce: the naive port
-(keys/values subsampled 2x2 in every block) and a step saving users accept (the same generation with fewer steps,
-as many fewer as save no more time than the preset: `ceil(steps / speed-up)`), one call and whole generations
-(flow-matching Euler from white noise), side by side in one process.
+The panel (`python -m tome_bench dit-fidelity`): per family (Flux.1, Chroma, Flux.2, Qwen-Image, Z-Image, Lumina 2,
+SD3.5, Wan; each fed as its diffusers pipeline feeds it) and variant (random, stand-in, sharper, softer), how much
+each preset changes the output beside the references a DiT user can reproduce: the naive port (keys/values
+subsampled 2x2 in every block) and a step saving users accept (the same generation with fewer steps, as many fewer
+as save no more time than the preset: `ceil(steps / speed-up)`), one call and whole generations (flow-matching Euler
+from white noise), side by side in one process.
 """
 
 from __future__ import annotations
@@ -41,62 +43,397 @@ LOGIT_SCALE = 8.0
 VARIANTS: dict[str, float | None] = {"random": None, "stand-in": 0.85, "sharper": 1.0, "softer": 0.7}
 
 
+#: What a family's pipeline does with one step's latent: (model, family, latent, sigma, text states) -> the velocity
+#: `generate`'s Euler step integrates (x += (sigma_next - sigma) * v), in the latent's shape.
+Feed = Callable[[nn.Module, "Family", torch.Tensor, float, torch.Tensor], torch.Tensor]
+
+
 @dataclass(frozen=True)
 class Family:
-    """A reduced DiT of one family: its diffusers class and config, the latent it runs on, its timestep scale."""
+    """A reduced DiT of one family: its diffusers class and config, the latent it runs on, and how the family's
+    diffusers pipeline feeds it (`feed`)."""
 
     name: str
     cls: str
     config: dict[str, Any]
-    latent: tuple[int, ...]  # (C, H, W) or (C, F, H, W) of the latent, before packing
+    latent: tuple[int, ...]  # (C, H, W) or (C, F, H, W) of the VAE's latent, before any packing
     text: int  # text tokens
-    timestep_scale: float  # what the model gets for sigma 1 (Flux: 1; Wan: 1000)
-    pack: bool  # Flux: 2x2 patches packed into tokens by the caller
+    text_dim: str  # the config key of the text states' width
+    head_dim: int
+    feed: Feed
 
 
+def _pack(latent: torch.Tensor) -> torch.Tensor:
+    """[B, C, H, W] -> [B, H/2 * W/2, 4C]: 2x2 patches as tokens, as the Flux, Chroma, Qwen-Image and Flux.2 pipelines
+    pack them (Flux.2 patchifies into channels first, then flattens: the same order)."""
+    b, c, h, w = latent.shape
+    return latent.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
+
+
+def _unpack(tokens: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    b, c, h, w = shape
+    return tokens.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(shape)
+
+
+def _ids(h: int, w: int, axes: int) -> torch.Tensor:
+    """[h * w, axes] position ids (0, row, column[, 0]) of packed image tokens."""
+    ids = torch.zeros(h * w, axes)
+    ids[:, 1] = torch.arange(h).repeat_interleave(w)
+    ids[:, 2] = torch.arange(w).repeat(h)
+    return ids
+
+
+def _per_sample(latent: torch.Tensor, value: float) -> torch.Tensor:
+    return torch.full((latent.shape[0],), value)
+
+
+def _flux(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Flux.1 (schnell-like: no guidance embedding): packed tokens, the sigma as the timestep."""
+    h, w = latent.shape[-2] // 2, latent.shape[-1] // 2
+    out = model(
+        hidden_states=_pack(latent),
+        encoder_hidden_states=text,
+        pooled_projections=torch.zeros(latent.shape[0], family.config["pooled_projection_dim"]),
+        timestep=_per_sample(latent, sigma),
+        img_ids=_ids(h, w, 3),
+        txt_ids=torch.zeros(text.shape[1], 3),
+        return_dict=False,
+    )[0]
+    return _unpack(out, tuple(latent.shape))
+
+
+def _chroma(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Chroma: Flux.1's packing and ids, and the pipeline's attention mask: the caption's (float: its kept tokens and
+    the first padding one; here the caption fills its tokens) extended by the image's (bool) ones."""
+    b, h, w = latent.shape[0], latent.shape[-2] // 2, latent.shape[-1] // 2
+    mask = torch.cat([torch.ones(b, text.shape[1]), torch.ones(b, h * w, dtype=torch.bool)], dim=1)
+    out = model(
+        hidden_states=_pack(latent),
+        timestep=_per_sample(latent, sigma),
+        encoder_hidden_states=text,
+        txt_ids=torch.zeros(text.shape[1], 3),
+        img_ids=_ids(h, w, 3),
+        attention_mask=mask,
+        return_dict=False,
+    )[0]
+    return _unpack(out, tuple(latent.shape))
+
+
+def _flux2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Flux.2-dev: packed tokens, integer ids of four axes per sample (image: (0, row, column, 0); text: (0, 0, 0,
+    index)), its default embedded guidance 4."""
+    b, h, w = latent.shape[0], latent.shape[-2] // 2, latent.shape[-1] // 2
+    txt_ids = torch.zeros(text.shape[1], 4, dtype=torch.long)
+    txt_ids[:, 3] = torch.arange(text.shape[1])
+    out = model(
+        hidden_states=_pack(latent),
+        timestep=_per_sample(latent, sigma),
+        guidance=_per_sample(latent, 4.0),
+        encoder_hidden_states=text,
+        txt_ids=txt_ids.expand(b, -1, -1),
+        img_ids=_ids(h, w, 4).long().expand(b, -1, -1),
+        return_dict=False,
+    )[0]
+    return _unpack(out, tuple(latent.shape))
+
+
+def _qwen(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Qwen-Image: packed tokens and their grid as `img_shapes`; the pipeline passes no text mask when the caption
+    fills it, and timestep / 1000, the sigma."""
+    h, w = latent.shape[-2] // 2, latent.shape[-1] // 2
+    out = model(
+        hidden_states=_pack(latent),
+        timestep=_per_sample(latent, sigma),
+        encoder_hidden_states_mask=None,
+        encoder_hidden_states=text,
+        img_shapes=[[(1, h, w)]] * latent.shape[0],
+        return_dict=False,
+    )[0]
+    return _unpack(out, tuple(latent.shape))
+
+
+def _sd3(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """SD3.5: the latent as it is, the scheduler's timestep (sigma * 1000)."""
+    return model(
+        hidden_states=latent,
+        timestep=_per_sample(latent, sigma * 1000),
+        encoder_hidden_states=text,
+        pooled_projections=torch.zeros(latent.shape[0], family.config["pooled_projection_dim"]),
+        return_dict=False,
+    )[0]
+
+
+def _wan(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Wan: the video latent as it is, the scheduler's timestep (sigma * 1000)."""
+    return model(
+        hidden_states=latent, timestep=_per_sample(latent, sigma * 1000), encoder_hidden_states=text, return_dict=False
+    )[0]
+
+
+def _zimage(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Z-Image: lists of latents [C, 1, H, W] and of captions (their kept tokens); its time rises from noise to image
+    ((1000 - t) / 1000 = 1 - sigma) and the pipeline steps with the output negated."""
+    out = model([x.unsqueeze(1) for x in latent], _per_sample(latent, 1.0 - sigma), list(text), return_dict=False)[0]
+    return -torch.stack(out).squeeze(2)
+
+
+def _lumina2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """Lumina 2: the latent as it is, the tokenizer's caption mask; its time rises (1 - sigma) and the pipeline steps
+    with the output negated."""
+    out = model(
+        hidden_states=latent,
+        timestep=_per_sample(latent, 1.0 - sigma),
+        encoder_hidden_states=text,
+        encoder_attention_mask=torch.ones(latent.shape[0], text.shape[1], dtype=torch.long),
+        return_dict=False,
+    )[0]
+    return -out
+
+
+#: 384 px images (a 24 x 24 grid of tokens: packed 2x2 patches of a 48 x 48 latent, or patch 2 on it), 32 text tokens,
+#: about three heads of the real head width and few blocks (the real ratio of block kinds where practical), so that
+#: one call takes about a second on one CPU thread.
+_IMAGE = (16, 48, 48)
 FAMILIES: dict[str, Family] = {
-    "flux": Family(
-        "flux",
-        "FluxTransformer2DModel",
-        {
-            "patch_size": 1,
-            "in_channels": 64,
-            "num_layers": 4,
-            "num_single_layers": 8,
-            "attention_head_dim": 128,
-            "num_attention_heads": 3,
-            "joint_attention_dim": 128,
-            "pooled_projection_dim": 64,
-            "axes_dims_rope": (16, 56, 56),
-        },
-        (16, 48, 48),  # 384 px: a 24 x 24 grid of tokens
-        32,
-        1.0,
-        True,
-    ),
-    "wan": Family(
-        "wan",
-        "WanTransformer3DModel",
-        {
-            "patch_size": (1, 2, 2),
-            "num_attention_heads": 3,
-            "attention_head_dim": 128,
-            "in_channels": 16,
-            "out_channels": 16,
-            "text_dim": 128,
-            "freq_dim": 256,
-            "ffn_dim": 1024,
-            "num_layers": 8,
-            "cross_attn_norm": True,
-            "qk_norm": "rms_norm_across_heads",
-            "rope_max_seq_len": 1024,
-        },
-        (16, 5, 24, 40),  # 17 frames at 320 x 192 px: 5 x 12 x 20 tokens
-        32,
-        1000.0,
-        False,
-    ),
+    f.name: f
+    for f in (
+        Family(
+            "flux",
+            "FluxTransformer2DModel",
+            {
+                "patch_size": 1,
+                "in_channels": 64,
+                "num_layers": 4,
+                "num_single_layers": 8,
+                "attention_head_dim": 128,
+                "num_attention_heads": 3,
+                "joint_attention_dim": 128,
+                "pooled_projection_dim": 64,
+                "axes_dims_rope": (16, 56, 56),
+            },
+            _IMAGE,
+            32,
+            "joint_attention_dim",
+            128,
+            _flux,
+        ),
+        Family(
+            "chroma",
+            "ChromaTransformer2DModel",
+            {
+                "patch_size": 1,
+                "in_channels": 64,
+                "num_layers": 4,
+                "num_single_layers": 8,
+                "attention_head_dim": 128,
+                "num_attention_heads": 3,
+                "joint_attention_dim": 128,
+                "axes_dims_rope": (16, 56, 56),
+                "approximator_num_channels": 64,
+                "approximator_hidden_dim": 384,
+                "approximator_layers": 5,
+            },
+            _IMAGE,
+            32,
+            "joint_attention_dim",
+            128,
+            _chroma,
+        ),
+        Family(
+            "flux2",
+            "Flux2Transformer2DModel",
+            {
+                "patch_size": 1,
+                "in_channels": 128,
+                "num_layers": 2,
+                "num_single_layers": 10,
+                "attention_head_dim": 128,
+                "num_attention_heads": 3,
+                "joint_attention_dim": 128,
+                "timestep_guidance_channels": 256,
+                "mlp_ratio": 3.0,
+                "axes_dims_rope": (32, 32, 32, 32),
+            },
+            (32, 48, 48),  # Flux.2's VAE: 32 channels
+            32,
+            "joint_attention_dim",
+            128,
+            _flux2,
+        ),
+        Family(
+            "qwen",
+            "QwenImageTransformer2DModel",
+            {
+                "patch_size": 2,
+                "in_channels": 64,
+                "out_channels": 16,
+                "num_layers": 12,
+                "attention_head_dim": 128,
+                "num_attention_heads": 3,
+                "joint_attention_dim": 128,
+                "axes_dims_rope": (16, 56, 56),
+            },
+            _IMAGE,
+            32,
+            "joint_attention_dim",
+            128,
+            _qwen,
+        ),
+        Family(
+            "zimage",
+            "ZImageTransformer2DModel",
+            {
+                "all_patch_size": (2,),
+                "all_f_patch_size": (1,),
+                "in_channels": 16,
+                "dim": 384,
+                "n_layers": 12,
+                "n_refiner_layers": 2,
+                "n_heads": 3,
+                "n_kv_heads": 3,
+                "qk_norm": True,
+                "cap_feat_dim": 128,
+                "rope_theta": 256.0,
+                "t_scale": 1000.0,
+                "axes_dims": (32, 48, 48),
+                "axes_lens": (1536, 512, 512),
+            },
+            _IMAGE,
+            32,
+            "cap_feat_dim",
+            128,
+            _zimage,
+        ),
+        Family(
+            "lumina2",
+            "Lumina2Transformer2DModel",
+            {
+                "sample_size": 128,
+                "patch_size": 2,
+                "in_channels": 16,
+                "hidden_size": 288,
+                "num_layers": 12,
+                "num_refiner_layers": 2,
+                "num_attention_heads": 3,
+                "num_kv_heads": 1,  # Lumina 2's three query heads per key head
+                "multiple_of": 256,
+                "norm_eps": 1e-5,
+                "axes_dim_rope": (32, 32, 32),
+                "axes_lens": (300, 512, 512),
+                "cap_feat_dim": 128,
+            },
+            _IMAGE,
+            32,
+            "cap_feat_dim",
+            96,
+            _lumina2,
+        ),
+        Family(
+            "sd3",
+            "SD3Transformer2DModel",
+            {
+                "sample_size": 128,
+                "patch_size": 2,
+                "in_channels": 16,
+                "num_layers": 12,
+                "attention_head_dim": 64,
+                "num_attention_heads": 3,
+                "joint_attention_dim": 128,
+                "caption_projection_dim": 192,
+                "pooled_projection_dim": 64,
+                "out_channels": 16,
+                "pos_embed_max_size": 192,
+                "qk_norm": "rms_norm",  # SD3.5's (SD3's attention has none)
+            },
+            _IMAGE,
+            32,
+            "joint_attention_dim",
+            64,
+            _sd3,
+        ),
+        Family(
+            "wan",
+            "WanTransformer3DModel",
+            {
+                "patch_size": (1, 2, 2),
+                "num_attention_heads": 3,
+                "attention_head_dim": 128,
+                "in_channels": 16,
+                "out_channels": 16,
+                "text_dim": 128,
+                "freq_dim": 256,
+                "ffn_dim": 1024,
+                "num_layers": 8,
+                "cross_attn_norm": True,
+                "qk_norm": "rms_norm_across_heads",
+                "rope_max_seq_len": 1024,
+            },
+            (16, 5, 24, 40),  # 17 frames at 320 x 192 px: 5 x 12 x 20 tokens
+            32,
+            "text_dim",
+            128,
+            _wan,
+        ),
+    )
 }
+
+
+def _tie(module: nn.Module, head_dim: int, gain: float) -> bool:
+    """Ties one attention's query and key projections per stream and sets its q/k norms to `gain`; whether it has
+    any. Where a key head serves several query heads (Lumina 2's grouped-query attention, each key head repeated for
+    consecutive query heads), those query heads take its projection."""
+    found = []
+    fused = getattr(module, "to_qkv_mlp_proj", None)  # Flux.2's single blocks: rows [q, k, v, MLP] in one
+    if isinstance(fused, nn.Linear):
+        inner = module.inner_dim
+        fused.weight[inner : 2 * inner].copy_(fused.weight[:inner])
+        if fused.bias is not None:
+            fused.bias[inner : 2 * inner].copy_(fused.bias[:inner])
+        found.append(("norm_q", "norm_k"))
+    for q, k, norms in (
+        ("to_q", "to_k", ("norm_q", "norm_k")),
+        ("add_q_proj", "add_k_proj", ("norm_added_q", "norm_added_k")),
+    ):
+        wq, wk = getattr(module, q, None), getattr(module, k, None)
+        if not isinstance(wq, nn.Linear) or not isinstance(wk, nn.Linear) or wq.in_features != wk.in_features:
+            continue
+        if wq.weight.shape == wk.weight.shape:
+            wk.weight.copy_(wq.weight)
+            if wq.bias is not None and wk.bias is not None:
+                wk.bias.copy_(wq.bias)
+        elif wq.out_features % wk.out_features == 0 and wq.bias is None and wk.bias is None:
+            group = wq.out_features // wk.out_features
+            wq.weight.copy_(wk.weight.view(-1, head_dim, wk.in_features).repeat_interleave(group, 0).flatten(0, 1))
+        else:
+            continue
+        found.append(norms)
+    for name in (n for pair in found for n in pair):
+        norm = getattr(module, name, None)
+        if getattr(norm, "weight", None) is not None:
+            norm.weight.fill_(gain)
+    return bool(found)
+
+
+def _centre_positions(model: nn.Module, family: Family) -> None:
+    """SD3's absolute position table (sine-cosine, added to every patch token), less its mean over the grid the
+    stand-in runs at. Its slow channels barely change across a grid: a direction every token shares, which tied
+    random projections keep (tokens' cosine similarities start near 0.6 and attention stays almost uniform) where a
+    trained model's can learn to discount it. Rotary embeddings (every other family) add no such direction."""
+    embed = getattr(model, "pos_embed", None)
+    table, side = getattr(embed, "pos_embed", None), getattr(embed, "pos_embed_max_size", None)
+    if not isinstance(table, torch.Tensor) or not side:
+        return
+    h, w = (n // embed.patch_size for n in family.latent[-2:])
+    top, left = (side - h) // 2, (side - w) // 2  # PatchEmbed's centre crop
+    table.sub_(table.view(side, side, -1)[top : top + h, left : left + w].mean(dim=(0, 1)))
+
+
+@torch.no_grad()
+def surgery(model: nn.Module, family: Family, sharpness: float) -> int:
+    """The stand-in's weight surgery on `model` in place; how many attention modules it tied."""
+    _centre_positions(model, family)
+    gain = math.sqrt(LOGIT_SCALE * sharpness / math.sqrt(family.head_dim))
+    return sum(_tie(module, family.head_dim, gain) for module in model.modules())
 
 
 @torch.no_grad()
@@ -107,58 +444,15 @@ def build(family: Family, sharpness: float | None, seed: int = 0) -> nn.Module:
 
     torch.manual_seed(seed)
     model = getattr(diffusers, family.cls)(**family.config).eval().requires_grad_(False)
-    if sharpness is None:
-        return model
-    gain = math.sqrt(LOGIT_SCALE * sharpness / math.sqrt(family.config["attention_head_dim"]))
-    for module in model.modules():
-        for q, k, nq, nk in (
-            ("to_q", "to_k", "norm_q", "norm_k"),
-            ("add_q_proj", "add_k_proj", "norm_added_q", "norm_added_k"),
-        ):
-            wq, wk = getattr(module, q, None), getattr(module, k, None)
-            if not isinstance(wq, nn.Linear) or not isinstance(wk, nn.Linear) or wq.weight.shape != wk.weight.shape:
-                continue
-            wk.weight.copy_(wq.weight)
-            if wq.bias is not None and wk.bias is not None:
-                wk.bias.copy_(wq.bias)
-            for name in (nq, nk):
-                norm = getattr(module, name, None)
-                if getattr(norm, "weight", None) is not None:
-                    norm.weight.fill_(gain)
+    if sharpness is not None:
+        surgery(model, family, sharpness)
     return model
 
 
-def _pack(latent: torch.Tensor) -> torch.Tensor:
-    """[B, C, H, W] -> [B, H/2 * W/2, 4C]: Flux's 2x2 patches as tokens."""
-    b, c, h, w = latent.shape
-    return latent.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
-
-
-def _unpack(tokens: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    b, c, h, w = shape
-    return tokens.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(shape)
-
-
 def call(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
-    """The model's velocity for `latent` at noise level `sigma`, as its diffusers pipeline calls it."""
-    batch = latent.shape[0]
-    timestep = torch.full((batch,), sigma * family.timestep_scale)
-    if not family.pack:
-        return model(hidden_states=latent, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
-    h, w = latent.shape[-2] // 2, latent.shape[-1] // 2
-    ids = torch.zeros(h * w, 3)
-    ids[:, 1] = torch.arange(h).repeat_interleave(w)
-    ids[:, 2] = torch.arange(w).repeat(h)
-    out = model(
-        hidden_states=_pack(latent),
-        encoder_hidden_states=text,
-        pooled_projections=torch.zeros(batch, family.config["pooled_projection_dim"]),
-        timestep=timestep,
-        img_ids=ids,
-        txt_ids=torch.zeros(text.shape[1], 3),
-        return_dict=False,
-    )[0]
-    return _unpack(out, tuple(latent.shape))
+    """The velocity for `latent` at noise level `sigma`, as the family's diffusers pipeline calls the model and
+    steps its scheduler with the output."""
+    return family.feed(model, family, latent, sigma, text)
 
 
 def _inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -168,8 +462,7 @@ def _inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torc
     noise = torch.randn(shape, generator=g)
     flat = (1, family.latent[0] * (family.latent[1] if len(family.latent) == 4 else 1), *family.latent[-2:])
     natural = natural_latent(flat, g).view(shape)
-    width = family.config.get("joint_attention_dim", family.config.get("text_dim"))
-    return noise, natural, torch.randn(1, family.text, width, generator=g)
+    return noise, natural, torch.randn(1, family.text, family.config[family.text_dim], generator=g)
 
 
 @torch.no_grad()
@@ -226,8 +519,9 @@ def variants(family: str, size: tuple[int, int, int], speeds: dict[str, float] |
     return out
 
 
-#: The size whose speed-up a preset's step-saving reference saves, per family: what users run.
-SIZES = {"flux": (1024, 1024, 1), "wan": (832, 480, 81)}
+#: The size whose speed-up a preset's step-saving reference saves, per family: what users run (Qwen-Image's native
+#: 1328 px square).
+SIZES = {name: (1024, 1024, 1) for name in FAMILIES} | {"qwen": (1328, 1328, 1), "wan": (832, 480, 81)}
 
 
 def panel(
@@ -275,7 +569,9 @@ def panel(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tome_bench dit-fidelity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default="flux,wan", help="comma-separated: flux, wan (default both)")
+    parser.add_argument(
+        "--families", default="flux,wan", help=f"comma-separated, of {', '.join(FAMILIES)} (default flux,wan)"
+    )
     parser.add_argument("--steps", type=int, default=12, help="steps of a whole generation (default 12)")
     parser.add_argument("--seeds", type=int, default=2, help="samples averaged per figure (default 2)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default all)")
