@@ -35,10 +35,9 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.sd-webui-tome.stamp
 PYTEST_MARK ?= not webui and not comfy
 PYTEST_ARGS ?=
-# pytest-xdist workers for make test: one per core, plus one for the browser tests, which spend most of their time
-# waiting on the page (2 cores: 3). PYTEST_WORKERS=0 runs in one process.
+# pytest-xdist workers for make test: 2 nearly halve its time on 2 cores; PYTEST_WORKERS=0 runs in one process.
 # loadgroup: tests marked xdist_group (the browser tests, see tests/conftest.py) share one worker.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
 RUFF_PATHS ?= .
 
