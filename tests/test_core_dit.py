@@ -8,6 +8,7 @@ a whole sampling, equal to eager; bad settings and models ToMe does not handle g
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,9 @@ from torch import fx, nn
 from torch.overrides import TorchFunctionMode
 
 import tome_core
-from tome_core.merge import kv_index
+from tome_core.dit import draw_slot
+from tome_core.hooks import timestep_arg
+from tome_core.merge import kv_index, kv_table
 
 import dit_models
 from dit_models import TEXT, TINY, H, Tiny, W, run
@@ -78,7 +81,8 @@ def test_text_and_reference_keys_whole_and_kept_keys_carry_their_rotary_position
 ) -> None:
     """The first block's keys are computed from the same inputs patched or not: the keys it attends to under the
     patch are exactly the unpatched keys at `kv_index`: every text and reference token, and of the generated
-    grid the token at the centre of each cell, as the model rotated it for its own position."""
+    grid one token of each cell (the call's slot, drawn from its timestep), as the model rotated it for its own
+    position."""
     st, sy, sx = cells
     model = tiny.build()
     full = keys_of(model, tiny)[tiny.first]
@@ -86,7 +90,8 @@ def test_text_and_reference_keys_whole_and_kept_keys_carry_their_rotary_position
     reduced = keys_of(model, tiny)[tiny.first]
     tome_core.remove_patch(model)
     dim = -2 if full.shape[-2] == tiny.before + tiny.grid[0] * tiny.grid[1] * tiny.grid[2] + tiny.after else 1
-    index = kv_index(tiny.before, tiny.grid, tiny.after, st, sy, sx, "cpu")
+    slot = int(draw_slot(timestep_arg((), tiny.inputs(0))))
+    index = kv_index(tiny.before, tiny.grid, tiny.after, st, sy, sx, "cpu", slot)
     assert torch.equal(reduced, full.index_select(dim, index))
     kept = set(index.tolist())
     n = tiny.before + tiny.grid[0] * tiny.grid[1] * tiny.grid[2]
@@ -314,8 +319,8 @@ def test_a_controlnet_call_runs_the_window_unmerged() -> None:
 
 def test_captions_of_different_lengths_keep_each_samples_caption_and_its_grid() -> None:
     """Lumina 2 lays out each sample as [its caption, its image, padding]: with captions of 7 and 4 tokens the
-    second sample's grid starts 3 tokens earlier. Each sample keeps its own caption's keys and the keys at the
-    centres of its own grid's cells, and the mask follows the keys it masks (the padding stays masked)."""
+    second sample's grid starts 3 tokens earlier. Each sample keeps its own caption's keys and one key of each cell
+    of its own grid (the call's slot), and the mask follows the keys it masks (the padding stays masked)."""
     tiny = dit_models.lumina2((TEXT, 4))
     model = tiny.build()
     base = run(model, tiny)
@@ -331,7 +336,8 @@ def test_captions_of_different_lengths_keep_each_samples_caption_and_its_grid() 
     assert mask is not None and reduced_mask is not None
     length, n = int(key.shape[-2]), H * W
     for sample, caption in enumerate((TEXT, 4)):
-        index = kv_index(caption, (1, H, W), length - caption - n, 1, 2, 2, "cpu")
+        slot = int(draw_slot(timestep_arg((), tiny.inputs(0))))
+        index = kv_index(caption, (1, H, W), length - caption - n, 1, 2, 2, "cpu", slot)
         assert torch.equal(reduced[sample], key[sample].index_select(-2, index))
         assert torch.equal(reduced_mask[sample], mask[sample].index_select(-1, index))
     assert not bool(reduced_mask[1, ..., -(TEXT - 4) :].any())  # the second sample's padding, still masked
@@ -353,3 +359,47 @@ def test_a_bare_model_whose_timestep_rises_reads_its_step_window_the_right_way(n
         applied.append(tome_core.stats(model).applied)  # type: ignore[union-attr]
         tome_core.remove_patch(model)
     assert applied[0] > 0 and applied[1] == 0, applied
+
+
+def test_each_step_keeps_another_token_of_each_cell_and_cond_and_uncond_the_same(tiny: Tiny) -> None:
+    """Over a sampling the kept token of each cell changes with the timestep (the error of subsampling then averages
+    out over the steps instead of adding up): each call keeps the slot `draw_slot` gives its timestep, every call of
+    one step the same, and over eight steps more than one slot."""
+    model = tiny.build()
+    name = next(k for k in ("timestep", "timesteps", "t") if k in tiny.inputs(0))
+    start = float(tiny.inputs(0)[name].reshape(-1)[0])
+    slots = []
+    for fraction in (1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125):
+        timestep = torch.full_like(tiny.inputs(0)[name], start * 2 * fraction)
+        with KeysSeen() as seen:
+            run(model, tiny, **{name: timestep})
+        full = seen.keys[tiny.first]
+        tome_core.apply_patch(model, sx=2, sy=2)
+        for _ in range(2):  # cond, then uncond: the same step
+            with KeysSeen() as seen:
+                run(model, tiny, **{name: timestep})
+            slot = int(draw_slot(timestep))
+            dim = -2 if full.shape[-2] == tiny.before + math.prod(tiny.grid) + tiny.after else 1
+            index = kv_index(tiny.before, tiny.grid, tiny.after, 1, 2, 2, "cpu", slot)
+            assert torch.equal(seen.keys[tiny.first], full.index_select(dim, index))
+        tome_core.remove_patch(model)
+        slots.append(slot % 4)
+    assert len(set(slots)) > 1, slots
+
+
+def test_every_slot_keeps_one_token_per_cell_and_the_slots_cover_the_grid() -> None:
+    for grid, cells in (
+        ((1, 8, 8), (1, 2, 2)),
+        ((1, 7, 9), (1, 3, 3)),
+        ((5, 12, 20), (2, 4, 4)),
+        ((3, 5, 5), (2, 2, 2)),
+    ):
+        table = kv_table(3, grid, 2, *cells, "cpu")
+        t, h, w = grid
+        n = t * h * w
+        assert table.shape == (math.prod(cells), 3 + math.prod(-(-a // b) for a, b in zip(grid, cells)) + 2)
+        assert torch.equal(table[0], kv_index(3, grid, 2, *cells, "cpu"))  # slot 0: each cell's centre
+        for row in table:
+            assert len(set(row.tolist())) == len(row) and row[:3].tolist() == [0, 1, 2]
+            assert row[-2:].tolist() == [3 + n, 4 + n]
+        assert set(table[:, 3:-2].reshape(-1).tolist()) == set(range(3, 3 + n))

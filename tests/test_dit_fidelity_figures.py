@@ -14,8 +14,8 @@ import tome_core
 from tome_core.families import DIT_FAMILIES
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
-#: The panel runs the figures come from: Flux.1 and Wan, then the other families.
-PANELS = ("2026-11-28-dit-fidelity", "2026-11-28-dit-fidelity-families")
+#: The panel run the figures come from (the kept token of each cell drawn per step).
+PANELS = ("2026-11-28-dit-fidelity-slots",)
 NO_STAND_IN = ("zimage", "lumina2")
 
 

@@ -379,9 +379,10 @@ class _Keys(torch.overrides.TorchFunctionMode):
 def test_neo_nextdit_keeps_the_whole_caption_and_subsamples_its_own_grid(multiple: int | None, caption: int) -> None:
     """Neo's `NextDiT`: the caption (7 tokens; Z-Image pads it to 32), then the 8x8 grid. In the first joint block
     (after the caption's and the image's refiners) the keys under the patch are the unpatched keys of every caption
-    token and of the centre of each 2x2 cell."""
+    token and one token of each 2x2 cell (the call's slot)."""
     from backend.nn.lumina import NextDiT
 
+    from tome_core.dit import draw_slot
     from tome_core.merge import kv_index
 
     torch.manual_seed(0)
@@ -397,5 +398,6 @@ def test_neo_nextdit_keeps_the_whole_caption_and_subsamples_its_own_grid(multipl
     tome_core.apply_patch(model, sx=2, sy=2)
     reduced = first_joint_keys()
     tome_core.remove_patch(model)
-    index = kv_index(caption, (1, 8, 8), int(full.shape[-2]) - caption - 64, 1, 2, 2, "cpu")
+    slot = int(draw_slot(torch.full((2,), 0.5)))  # the call's timestep picks which token of each cell
+    index = kv_index(caption, (1, 8, 8), int(full.shape[-2]) - caption - 64, 1, 2, 2, "cpu", slot)
     assert torch.equal(reduced, full.index_select(-2, index))

@@ -36,7 +36,7 @@ from tome_core.compat import eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
-from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_index, partition
+from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_table, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
 
 #: Interceptors: scaled_dot_product_attention inside the hooked module, or the host's attention override.
@@ -67,8 +67,10 @@ class DitState:
     # Per call: where the generated tokens sit (None outside a call and outside the step window), and what reads
     # them back from position ids, once per ids tensor.
     tokens: Tokens | None = None
+    draw: torch.Tensor | None = None  # which token of each cell keys/values keep this call (`draw_slot`)
     memo: dict[int, Any] = field(default_factory=dict)
-    indices: dict[tuple[Any, ...], torch.Tensor] = field(default_factory=dict)  # eager calls' kept-token indices
+    indices: dict[tuple[Any, ...], torch.Tensor] = field(default_factory=dict)  # eager calls' kept-token tables
+    rows: dict[tuple[Any, ...], torch.Tensor] = field(default_factory=dict)  # this call's rows of them
     partitions: dict[tuple[Any, ...], tuple[Partition, torch.Tensor]] = field(default_factory=dict)  # merged blocks
     unmark: Callable[[], None] | None = None
     running: AttentionHook | None = None  # the block whose attention runs now (the host interceptor reads it)
@@ -132,6 +134,8 @@ def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callab
 
 def remove(state: DitState) -> None:
     state.tokens = None
+    state.draw = None
+    state.rows.clear()
     state.carry = None
     state.running = None
     uninstall(state)
@@ -150,6 +154,8 @@ def _pre_hook(state: DitState) -> Callable[..., None]:
             return
         state.active_calls += 1
         state.tokens = state.layout.tokens(module, args, kwargs, state.memo)
+        state.draw = draw_slot(timestep_arg(args, kwargs))
+        state.rows.clear()
 
     return hook
 
@@ -157,10 +163,26 @@ def _pre_hook(state: DitState) -> Callable[..., None]:
 def _post_hook(state: DitState) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         state.tokens = None
+        state.draw = None
+        state.rows.clear()
         state.carry = None
         unmark(state)
 
     return hook
+
+
+def draw_slot(timestep: Any) -> torch.Tensor | None:
+    """[] int64 on the timestep's device, the same for every call of one step (cond and uncond) and another at the
+    next step: which token of each cell keys/values keep (`kv_table`'s slot, modulo the cells). Subsampling the same
+    token every step repeats the same error at every step and a generation adds them up; another token each step
+    averages them out (the Flux.1 and Qwen-Image stand-ins: Balanced's whole generation changes 0.78x and 0.67x as
+    much). A hash of the timestep made on its device: no read back, the same in a compiled graph."""
+    if not isinstance(timestep, torch.Tensor) or not timestep.numel():
+        return None
+    x = torch.round(timestep.reshape(-1)[0].float() * 4096).long() & 0xFFFFFFFF  # [] distinct per step
+    for _ in range(2):  # a 32-bit integer hash: every input bit moves the low ones, which pick the slot
+        x = ((x >> 16) ^ x) * 0x45D9F3B & 0xFFFFFFFF
+    return (x >> 16) ^ x
 
 
 def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -263,23 +285,36 @@ def _take(x: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def _index(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
-    """The kept tokens' indices, [K], or [B, K] when the samples' grids start at different places (`Tokens.shift`):
-    built once per layout and device eagerly; a compiled graph builds its own (a constant to the compiler: a tensor
-    read from the patch's state would be a graph input)."""
+    """The kept tokens' indices this call, [K], or [B, K] when the samples' grids start at different places
+    (`Tokens.shift`): the call's slot (`draw_slot`) of the table of every slot (`kv_table`), which is built once per
+    layout and device eagerly, its row once per call; a compiled graph builds its own table (a constant to the
+    compiler: a tensor read from the patch's state would be a graph input)."""
     if is_compiling():
-        return _kept(tokens, after, plan, device)
+        return _row(_kept(tokens, after, plan, device), state.draw)
     key = (tokens.before, tokens.grid, after, tokens.shift, plan.st, plan.sy, plan.sx, str(device))
-    index = state.indices.get(key)
-    if index is None:
-        index = state.indices[key] = _kept(tokens, after, plan, device)
-    return index
+    row = state.rows.get(key)
+    if row is None:
+        table = state.indices.get(key)
+        if table is None:
+            table = state.indices[key] = _kept(tokens, after, plan, device)
+        row = state.rows[key] = _row(table, state.draw)
+    return row
+
+
+def _row(table: torch.Tensor, draw: torch.Tensor | None) -> torch.Tensor:
+    """table [S, K] or [S, B, K] -> the row of the slot `draw` picks (modulo S), slot 0 without a timestep."""
+    if draw is None:
+        return table[0]
+    slot = torch.remainder(draw.to(table.device), int(table.shape[0]))  # []
+    return table.index_select(0, slot.view(1)).squeeze(0)
 
 
 def _kept(tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
     cells = (plan.st, plan.sy, plan.sx)
     if not tokens.shift:
-        return kv_index(tokens.before, tokens.grid, after, *cells, device)
-    return torch.stack([kv_index(tokens.before + s, tokens.grid, after - s, *cells, device) for s in tokens.shift])
+        return kv_table(tokens.before, tokens.grid, after, *cells, device)
+    tables = [kv_table(tokens.before + s, tokens.grid, after - s, *cells, device) for s in tokens.shift]
+    return torch.stack(tables, dim=1)
 
 
 _SDPA_NAMES = ("query", "key", "value", "attn_mask")

@@ -530,24 +530,53 @@ def kv_downsample(x: torch.Tensor, w: int, h: int, sx: int, sy: int) -> torch.Te
 
 
 def kv_index(
-    before: int, grid: tuple[int, int, int], after: int, st: int, sy: int, sx: int, device: torch.device | str
+    before: int,
+    grid: tuple[int, int, int],
+    after: int,
+    st: int,
+    sy: int,
+    sx: int,
+    device: torch.device | str,
+    slot: int = 0,
 ) -> torch.Tensor:
     """[K] int64: the tokens of a joint sequence that keys/values keep: every token before and after the grid (text,
-    reference images, a kept first frame) and, of the t x h x w grid of generated tokens between them, the one at the
-    centre of each st x sy x sx cell, as `kv_downsample` picks it (nearest-exact: evenly spaced on a ragged grid).
+    reference images, a kept first frame) and, of the t x h x w grid of generated tokens between them, one token of
+    each st x sy x sx cell: slot 0 the one at its centre, as `kv_downsample` picks it (nearest-exact: evenly spaced on
+    a ragged grid); `kv_table` lists every slot.
 
     Kept keys are the model's own keys at those positions, rotary embedding applied: each carries the position of
     the cell it stands for. K = before + kv_tokens-style ceil(t/st) * ceil(h/sy) * ceil(w/sx) + after.
     """
+    return kv_table(before, grid, after, st, sy, sx, device)[slot % (st * sy * sx)]
+
+
+def kv_table(
+    before: int, grid: tuple[int, int, int], after: int, st: int, sy: int, sx: int, device: torch.device | str
+) -> torch.Tensor:
+    """[st*sy*sx, K] int64: `kv_index` for every slot. Slot (rt, ry, rx), numbered rt*sy*sx + ry*sx + rx, takes in
+    each cell the token rt, ry, rx places after the centre along each axis, wrapping within the cell (a ragged edge
+    cell repeats its own tokens): over the slots every token of a cell stands for it once."""
     t, h, w = grid
 
-    def centres(n: int, s: int) -> torch.Tensor:
+    def positions(n: int, s: int) -> torch.Tensor:
         m = -(-n // s)  # cells along the axis, a ragged last one included
-        return torch.div((torch.arange(m, device=device) * 2 + 1) * n, 2 * m, rounding_mode="floor")  # [m]
+        i = torch.arange(m, device=device)
+        lo = torch.div(i * n, m, rounding_mode="floor")  # [m] each cell's first token (nearest-exact's cells)
+        size = (torch.div((i + 1) * n, m, rounding_mode="floor") - lo).clamp_min(1)  # [m]
+        centre = torch.div((i * 2 + 1) * n, 2 * m, rounding_mode="floor") - lo  # [m]
+        r = torch.arange(s, device=device).view(-1, 1)  # [s, 1]
+        return lo + torch.remainder(torch.minimum(centre, size - 1) + r, size)  # [s, m]
 
-    ti, hi, wi = centres(t, st), centres(h, sy), centres(w, sx)
-    cells = ((ti.view(-1, 1, 1) * h + hi.view(1, -1, 1)) * w + wi.view(1, 1, -1)).reshape(-1)  # [ceil t*h*w cells]
+    pt, ph, pw = positions(t, st), positions(h, sy), positions(w, sx)
+    mt, mh, mw = pt.shape[1], ph.shape[1], pw.shape[1]
+    cells = (pt.view(st, 1, 1, mt, 1, 1) * h + ph.view(1, sy, 1, 1, mh, 1)) * w + pw.view(1, 1, sx, 1, 1, mw)
+    slots = st * sy * sx
     n = t * h * w
     return torch.cat(
-        [torch.arange(before, device=device), cells + before, torch.arange(after, device=device) + (before + n)]
+        [
+            torch.arange(before, device=device).expand(slots, before),
+            cells.reshape(slots, mt * mh * mw) + before,  # [S, cells]
+            (torch.arange(after, device=device) + (before + n)).expand(slots, after),
+        ],
+        dim=1,
     )
