@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -194,23 +195,26 @@ def _lumina2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: floa
 #: about three heads of the real head width and few blocks (the real ratio of block kinds where practical), so that
 #: one call takes about a second on one CPU thread.
 _IMAGE = (16, 48, 48)
+#: Flux.1's blocks, which Chroma shares (4 double-stream and 8 single-stream blocks, three heads of 128).
+_FLUX_BLOCKS = MappingProxyType(
+    {
+        "patch_size": 1,
+        "in_channels": 64,
+        "num_layers": 4,
+        "num_single_layers": 8,
+        "attention_head_dim": 128,
+        "num_attention_heads": 3,
+        "joint_attention_dim": 128,
+        "axes_dims_rope": (16, 56, 56),
+    }
+)
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family(
             "flux",
             "FluxTransformer2DModel",
-            {
-                "patch_size": 1,
-                "in_channels": 64,
-                "num_layers": 4,
-                "num_single_layers": 8,
-                "attention_head_dim": 128,
-                "num_attention_heads": 3,
-                "joint_attention_dim": 128,
-                "pooled_projection_dim": 64,
-                "axes_dims_rope": (16, 56, 56),
-            },
+            {**_FLUX_BLOCKS, "pooled_projection_dim": 64},
             _IMAGE,
             32,
             "joint_attention_dim",
@@ -221,14 +225,7 @@ FAMILIES: dict[str, Family] = {
             "chroma",
             "ChromaTransformer2DModel",
             {
-                "patch_size": 1,
-                "in_channels": 64,
-                "num_layers": 4,
-                "num_single_layers": 8,
-                "attention_head_dim": 128,
-                "num_attention_heads": 3,
-                "joint_attention_dim": 128,
-                "axes_dims_rope": (16, 56, 56),
+                **_FLUX_BLOCKS,
                 "approximator_num_channels": 64,
                 "approximator_hidden_dim": 384,
                 "approximator_layers": 5,
