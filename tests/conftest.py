@@ -27,6 +27,20 @@ torch.manual_seed(0)
 # many times over when the 2 cores are shared with other work.
 torch.set_num_threads(1)
 
+
+def _einops_ops_as_the_webuis_get_them() -> None:
+    """torch.compile puts einops' `rearrange` & co. into a graph as single ops for the einops the WebUIs pin
+    (AUTOMATIC1111 and Forge: 0.4.1; torch._dynamo.decorators._allow_in_graph_einops), and traces einops 0.8.2 (the
+    one that installs here) through its pattern parser on every call: 85% of the bytecode dynamo steps through to
+    compile the ldm UNet, about twice its trace time. The ldm UNet's attention is the model's code, not ours."""
+    import einops
+
+    for op in (einops.rearrange, einops.repeat, einops.reduce, einops.einsum):
+        torch._dynamo.allow_in_graph(op)
+
+
+_einops_ops_as_the_webuis_get_them()
+
 # Hypothesis: no deadline (CPU timing is noisy on 2 shared cores); derandomised on CI so runs are repeatable.
 settings.register_profile("default", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
