@@ -153,7 +153,7 @@ def qwen(edit: bool = False) -> Tiny:
             patch_size=2,
             in_channels=16,
             out_channels=4,
-            num_layers=2,
+            num_layers=4,  # Quality and Balanced start past half the depth there
             attention_head_dim=16,
             num_attention_heads=2,
             joint_attention_dim=32,
@@ -256,7 +256,7 @@ def sd3() -> Tiny:
             sample_size=16,
             patch_size=2,
             in_channels=4,
-            num_layers=2,
+            num_layers=4,  # Quality and Balanced start past half the depth there
             attention_head_dim=16,
             num_attention_heads=2,
             joint_attention_dim=32,

@@ -90,8 +90,8 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "WanModel",
         {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
     ),
-    # SD3.5 as ComfyUI detects it (width 64 x depth: 128 at two blocks, 2 heads), the first block with SD3.5 Medium's
-    # second, image-only attention.
+    # SD3.5 as ComfyUI detects it (width 64 x depth: 256 at four blocks, 4 heads; four: its Quality and Balanced start
+    # past half the depth), the first block with SD3.5 Medium's second, image-only attention.
     "random-sd35.safetensors": (
         "comfy.ldm.modules.diffusionmodules.mmdit",
         "OpenAISignatureMMDITWrapper",
@@ -100,11 +100,11 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
             "patch_size": 2,
             "in_channels": 16,
             "out_channels": 16,
-            "depth": 2,
+            "depth": 4,
             "adm_in_channels": 2048,
             "context_embedder_config": {
                 "target": "torch.nn.Linear",
-                "params": {"in_features": 4096, "out_features": 128},
+                "params": {"in_features": 4096, "out_features": 256},
             },
             "num_patches": 96 * 96,
             "pos_embed_max_size": 96,
@@ -113,11 +113,12 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
             "x_block_self_attn_layers": [0],
         },
     ),
-    # Qwen-Image as ComfyUI detects it (`txt_norm.weight`; width 3072 by the class's defaults), two blocks.
+    # Qwen-Image as ComfyUI detects it (`txt_norm.weight`; width 3072 by the class's defaults), four blocks (its Quality
+    # and Balanced start past half the depth).
     "random-qwen-image.safetensors": (
         "comfy.ldm.qwen_image.model",
         "QwenImageTransformer2DModel",
-        {"in_channels": 64, "out_channels": 16, "num_layers": 2},
+        {"in_channels": 64, "out_channels": 16, "num_layers": 4},
     ),
     # Lumina 2 as ComfyUI detects it (`cap_embedder.1.weight`: width 2304, 24 heads, 8 key/value heads), two blocks.
     "random-lumina2.safetensors": (

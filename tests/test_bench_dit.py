@@ -80,6 +80,19 @@ def test_every_attention_of_the_stand_in_compares_tokens_with_one_projection(nam
     assert entropy(0.85, family) < entropy(None, family) - 0.1
 
 
+@pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
+def test_every_stand_in_s_blocks_change_the_stream_as_much(name: str) -> None:
+    """Each family's stand-in blocks change their residual stream by BLOCK_UPDATE on average (as built, Flux.1's add
+    2-3% and Chroma's, the same blocks, 15-25%: a stand-in that passes its input through makes any change inside
+    attention look free); the random model is left as built."""
+    family = tiny(name)
+    seen = dit_standin.updates(dit_standin.build(family, 0.85), family)
+    assert len(seen) == len(dit_standin.blocks(dit_standin.build(family, None)))
+    assert sum(seen) / len(seen) == pytest.approx(dit_standin.BLOCK_UPDATE, rel=0.05)
+    random = dit_standin.build(family, None)
+    assert not any(block._forward_hooks for block in dit_standin.blocks(random))
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_a_stand_in_generates_and_every_preset_comes_off_exactly(name: str) -> None:
     """One call and a generation as the family's pipeline runs them; each preset applies, generates, and once

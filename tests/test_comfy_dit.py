@@ -248,7 +248,7 @@ def test_text_and_reference_keys_stay_whole_and_kept_keys_carry_their_own_positi
         assert any(out is None and key.shape[dim] == TEXT for key, dim, out in spy.calls)
     if name == "sd3":  # SD3.5 Medium's image-only attention passes unchanged, and is not counted a miss
         assert any(out is None and key.shape[dim] == generated for key, dim, out in spy.calls)
-        assert seen and all(s is not None and s.applied == s.selected == 2 and s.grid_misses == 0 for s in seen), seen
+        assert seen and all(s is not None and s.applied == s.selected == 4 and s.grid_misses == 0 for s in seen), seen
 
 
 def test_captions_of_different_lengths_in_one_batch_keep_each_samples_caption_and_grid(spy: ReduceSpy) -> None:

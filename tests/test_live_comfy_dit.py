@@ -8,7 +8,7 @@ tests/test_live_comfy.py: `TOME_COMFY_URL`, `TOME_COMFY_LOG`). Setup, once per C
 then start ComfyUI with this repository in custom_nodes (`python main.py --cpu --cache-none ...`). The checkpoints
 have random weights (nothing is downloaded): Flux.1 dev's layout at one double and one single block (ComfyUI fixes
 the hidden size at 3072), Wan 2.1 text-to-video at dim 256 and two blocks, Lumina 2 at two blocks (width 2304 fixed
-by ComfyUI), Qwen-Image at two blocks (width 3072), SD3.5 at two blocks (width 128, SD3.5 Medium's image-only attention in the
+by ComfyUI), Qwen-Image at four blocks (width 3072), SD3.5 at four blocks (width 256, SD3.5 Medium's image-only attention in the
 first); the text encoders (T5-XXL, UMT5-XXL, Gemma 2, Qwen2.5-VL) are replaced by `tome_live_Conditioning`
 (tests/comfy_live_node), conditioning of the right shape from a seed (Lumina 2's with an attention mask). Latents
 are saved with SaveLatent and compared bitwise; sizes are tiny (128 px, 9 frames for Wan, 2-6 steps).
@@ -38,13 +38,13 @@ pytestmark = [
 PRESETS = ("Quality", "Balanced", "Fast", "Fastest")
 #: family -> (checkpoint, conditioning (tokens, width, pooled), empty latent node and inputs)
 MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] = {
-    # SD3.5: T5-width conditioning and CLIP-L+G's pooled vector, two blocks.
+    # SD3.5: T5-width conditioning and CLIP-L+G's pooled vector, four blocks.
     "sd3": (
         "random-sd35.safetensors",
         (8, 4096, 2048),
         ("EmptySD3LatentImage", {"width": 128, "height": 128, "batch_size": 1}),
     ),
-    # Qwen-Image: Qwen2.5-VL-width conditioning, two blocks.
+    # Qwen-Image: Qwen2.5-VL-width conditioning, four blocks.
     "qwen": (
         "random-qwen-image.safetensors",
         (8, 3584, 0),

@@ -7,8 +7,12 @@ surgery on the real architecture (diffusers' class, fewer blocks and channels so
 attention the key projection is the query projection (per stream: image and text), and the per-head RMS norms that
 follow both are set so that a logit is `LOGIT_SCALE * sharpness` times the cosine similarity of two tokens'
 projected features, the scale the UNet stand-ins are fitted at (tome_bench.standin); SD3.5's absolute position table
-is centred over the stand-in's grid (`_centre_positions`). Nothing here is fitted to a trained DiT (none can be
-downloaded here): docs/fidelity.md says what is unknown.
+is centred over the stand-in's grid (`_centre_positions`). Every block of the stand-in then changes its residual stream
+by `BLOCK_UPDATE` (`strengthen`): as built, how much a block adds depends on how the family's random modulation
+happens to be initialised (Flux.1's blocks add 2-3% to the stream, Chroma's, the same blocks behind another
+modulation network, 15-25%), and a model whose blocks add almost nothing passes its input through, so any change
+inside attention looked nearly free. Nothing here is fitted to a trained DiT (none can be downloaded here):
+docs/fidelity.md says what is unknown.
 
 The panel (`python -m tome_bench dit-fidelity`): per family (Flux.1, Chroma, Flux.2, Qwen-Image, Z-Image, Lumina 2,
 SD3.5, Wan; each fed as its diffusers pipeline feeds it) and variant (random, stand-in, sharper, softer), how much
@@ -40,6 +44,10 @@ from tome_core import figures
 
 #: Logit per unit of cosine similarity at sharpness 1 (the UNet stand-ins' scale, tome_bench.standin).
 LOGIT_SCALE = 8.0
+#: How much each block of a stand-in changes its residual stream, ||out - in|| / ||in|| averaged over the blocks on
+#: one call at sigma 0.5: Chroma's as built (0.15-0.25, with Z-Image's 0.16 and Wan's 0.11 the strongest
+#: initialisations of the families), where Flux.1, Flux.2, Qwen-Image and SD3.5 come out at 0.02-0.03.
+BLOCK_UPDATE = 0.2
 #: The panel's variants: uniform attention (random weights as initialised), the stand-in, sharper and softer.
 VARIANTS: dict[str, float | None] = {"random": None, "stand-in": 0.85, "sharper": 1.0, "softer": 0.7}
 
@@ -433,16 +441,82 @@ def surgery(model: nn.Module, family: Family, sharpness: float) -> int:
     return sum(_tie(module, family.head_dim, gain) for module in model.modules())
 
 
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of every stack of the model (its top-level ModuleLists: Flux's double- and single-stream blocks,
+    Z-Image's refiners and layers)."""
+    return [block for stack in model.children() if isinstance(stack, nn.ModuleList) for block in stack]
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    return [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+
+
+def _scale_update(gain: float) -> Callable[..., Any]:
+    """A forward hook that scales what a block adds to each stream it returns (an output the shape of one of its
+    inputs: the image tokens, and the text tokens of a double-stream block) by `gain`."""
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+        inputs = _tensors(args, kwargs)
+
+        def scaled(t: Any) -> Any:
+            before = next((x for x in inputs if isinstance(t, torch.Tensor) and x.shape == t.shape), None)
+            return t if before is None else before + gain * (t - before)
+
+        return tuple(scaled(t) for t in out) if isinstance(out, tuple) else scaled(out)
+
+    return hook
+
+
+def updates(model: nn.Module, family: Family) -> list[float]:
+    """How much each block changes the stream of its first input (the image tokens, or the joint sequence) on one
+    call at sigma 0.5: ||out - in|| / ||in||."""
+    seen: list[float] = []
+
+    def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        before = _tensors(args, kwargs)[0]
+        after = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
+        after = [t for t in after if t.shape == before.shape]
+        if after:
+            seen.append(float((after[-1] - before).norm() / before.norm()))
+
+    handles = [block.register_forward_hook(record, with_kwargs=True) for block in blocks(model)]
+    try:
+        one_call(model, family, 0)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def strengthen(model: nn.Module, family: Family, target: float = BLOCK_UPDATE) -> float:
+    """Scales what every block adds to the stream (a forward hook per block, kept with the model) so that the
+    blocks change it by `target` on average; the gain. Each block's modulation ends differently per family (Flux's
+    gates, Chroma's approximator, Wan's table plus time projection), so the scale is put where a block's output
+    leaves it. A few rounds: a block's input depends on the gain of the blocks before it."""
+    gain = 1.0
+    for _ in range(3):
+        handles = [block.register_forward_hook(_scale_update(gain), with_kwargs=True) for block in blocks(model)]
+        seen = updates(model, family)
+        for handle in handles:
+            handle.remove()
+        gain *= target / (sum(seen) / len(seen))
+    for block in blocks(model):
+        block.register_forward_hook(_scale_update(gain), with_kwargs=True)
+    return gain
+
+
 @torch.no_grad()
 def build(family: Family, sharpness: float | None, seed: int = 0) -> nn.Module:
     """The reduced DiT with random weights; with `sharpness`, the stand-in (tied query/key projections per stream,
-    their RMS norms scaled so that a logit is LOGIT_SCALE * sharpness times a cosine similarity)."""
+    their RMS norms scaled so that a logit is LOGIT_SCALE * sharpness times a cosine similarity, and blocks that
+    change the stream by BLOCK_UPDATE)."""
     import diffusers
 
     torch.manual_seed(seed)
     model = getattr(diffusers, family.cls)(**family.config).eval().requires_grad_(False)
     if sharpness is not None:
         surgery(model, family, sharpness)
+        strengthen(model, family)
     return model
 
 

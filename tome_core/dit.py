@@ -175,8 +175,8 @@ def draw_slot(timestep: Any) -> torch.Tensor | None:
     """[] int64 on the timestep's device, the same for every call of one step (cond and uncond) and another at the
     next step: which token of each cell keys/values keep (`kv_table`'s slot, modulo the cells). Subsampling the same
     token every step repeats the same error at every step and a generation adds them up; another token each step
-    averages them out (the stand-ins of Qwen-Image, SD3.5 and Flux.2: Balanced's whole generation changes 0.66-0.70x
-    as much, docs/dit.md). A hash of the timestep made on its device: no read back, the same in a compiled graph."""
+    averages them out (on the first stand-ins of Qwen-Image, SD3.5 and Flux.2 Balanced's whole generation changed
+    0.66-0.70x as much, docs/dit.md). A hash of the timestep made on its device: no read back, the same in a compiled graph."""
     if not isinstance(timestep, torch.Tensor) or not timestep.numel():
         return None
     x = torch.round(timestep.reshape(-1)[0].float() * 4096).long() & 0xFFFFFFFF  # [] distinct per step

@@ -718,7 +718,7 @@ def build_dit(kind: str, seed: int = 0) -> nn.Module:
         "wan": WanModel,
         "lumina2": NextDiT,
         "zimage": lambda: NextDiT(pad_tokens_multiple=32),
-        "sd3": lambda: OpenAISignatureMMDITWrapper(registers=2),
+        "sd3": lambda: OpenAISignatureMMDITWrapper(registers=2, depth=4),  # presets start past half the depth
         "unknown": UnknownDiT,
     }
     return _seeded(kinds[kind], seed)

@@ -68,7 +68,7 @@ class QwenImageTransformerBlock(nn.Module):
 
 
 class QwenImageTransformer2DModel(nn.Module):
-    def __init__(self, in_channels: int = 4, num_layers: int = 2) -> None:
+    def __init__(self, in_channels: int = 4, num_layers: int = 4) -> None:
         super().__init__()
         self.patch_size = 2
         self.img_in = nn.Linear(in_channels * 4, WIDTH)
