@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import tome_core
-from tome_bench import dit_archs, dit_standin
+from tome_bench import dit_archs, dit_fidelity, dit_standin
 
 #: The config keys of each family's block counts.
 _BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
@@ -115,12 +115,12 @@ def test_a_stand_in_generates_and_every_preset_comes_off_exactly(name: str) -> N
 
 @pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
 def test_every_family_has_a_step_saving_reference_per_preset_at_the_size_users_run(name: str) -> None:
-    names = [v.name for v in dit_standin.variants(name, dit_standin.SIZES[name])]
+    names = [v.name for v in dit_fidelity.variants(name, dit_fidelity.SIZES[name])]
     assert sum(n.startswith("fewer steps") for n in names) == len(tome_core.presets())
 
 
 def test_the_panel_runs_the_references_beside_the_presets() -> None:
-    names = [v.name for v in dit_standin.variants("flux", (1024, 1024, 1), {"balanced": 1.2})]
+    names = [v.name for v in dit_fidelity.variants("flux", (1024, 1024, 1), {"balanced": 1.2})]
     assert names[:4] == [p.name for p in tome_core.presets()]
     assert "naive port (kv 2x2, every block)" in names and "fewer steps (balanced's 1.20x)" in names
 

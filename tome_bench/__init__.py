@@ -38,7 +38,7 @@ JOBS = {
     "compare": "compare",
     "peers": "peers",
     "fidelity": "fidelity",
-    "dit-fidelity": "dit_standin",
+    "dit-fidelity": "dit_fidelity",
     "estimate": "estimate",
     "gpu-job": "gpu_job",
     "calibrate": "calibrate",
