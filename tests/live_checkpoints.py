@@ -172,12 +172,13 @@ def make_dit_checkpoints(comfy: Path) -> list[Path]:
         made = []
         for seed, (file, (module_name, class_name, kwargs)) in enumerate(sorted(DIT_CHECKPOINTS.items())):
             target = comfy / "models" / "diffusion_models" / file
-            if target.exists():
+            made_from = json.dumps({"class": class_name, "config": kwargs, "seed": seed}, sort_keys=True)
+            if target.exists() and _made_from(target) == made_from:
                 continue  # seeded: the file there is the one this would write
             cls = getattr(importlib.import_module(module_name), class_name)
             module = cls(device="meta", operations=ops, **kwargs)
             target.parent.mkdir(parents=True, exist_ok=True)
-            save_file(random_state_dict(module, seed), str(target))
+            save_file(random_state_dict(module, seed), str(target), metadata={"tome_made_from": made_from})
             made.append(target)
     finally:
         sys.path.remove(str(comfy))
@@ -185,6 +186,14 @@ def make_dit_checkpoints(comfy: Path) -> list[Path]:
     shutil.rmtree(node, ignore_errors=True)
     shutil.copytree(Path(__file__).with_name("comfy_live_node"), node, ignore=shutil.ignore_patterns("__pycache__"))
     return [*made, node]
+
+
+def _made_from(path: Path) -> str | None:
+    """The class, config and seed a checkpoint here was made from (none for one made before they were recorded)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return (f.metadata() or {}).get("tome_made_from")
 
 
 def main(argv: list[str]) -> int:
