@@ -441,16 +441,17 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor
     return [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
 
 
-def _scale_update(gain: float) -> Callable[..., Any]:
+def _scale_update(gain: list[float]) -> Callable[..., Any]:
     """A forward hook that scales what a block adds to each stream it returns (an output the shape of one of its
-    inputs: the image tokens, and the text tokens of a double-stream block) by `gain`."""
+    inputs: the image tokens, and the text tokens of a double-stream block) by `gain[0]` (one cell for every block,
+    set in place while `strengthen` fits it)."""
 
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
         inputs = _tensors(args, kwargs)
 
         def scaled(t: Any) -> Any:
             before = next((x for x in inputs if isinstance(t, torch.Tensor) and x.shape == t.shape), None)
-            return t if before is None else before + gain * (t - before)
+            return t if before is None else before + gain[0] * (t - before)
 
         return tuple(scaled(t) for t in out) if isinstance(out, tuple) else scaled(out)
 
@@ -483,16 +484,14 @@ def strengthen(model: nn.Module, family: Family, target: float = BLOCK_UPDATE) -
     blocks change it by `target` on average; the gain. Each block's modulation ends differently per family (Flux's
     gates, Chroma's approximator, Wan's table plus time projection), so the scale is put where a block's output
     leaves it. A few rounds: a block's input depends on the gain of the blocks before it."""
-    gain = 1.0
-    for _ in range(3):
-        handles = [block.register_forward_hook(_scale_update(gain), with_kwargs=True) for block in blocks(model)]
-        seen = updates(model, family)
-        for handle in handles:
-            handle.remove()
-        gain *= target / (sum(seen) / len(seen))
+    gain = [1.0]
+    hook = _scale_update(gain)
     for block in blocks(model):
-        block.register_forward_hook(_scale_update(gain), with_kwargs=True)
-    return gain
+        block.register_forward_hook(hook, with_kwargs=True)
+    for _ in range(3):
+        seen = updates(model, family)
+        gain[0] *= target / (sum(seen) / len(seen))
+    return gain[0]
 
 
 @torch.no_grad()
