@@ -76,11 +76,3 @@ def build() -> Callable[..., torch.nn.Module]:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too so that --strict-markers accepts the mark below when pytest-xdist is not installed.
     config.addinivalue_line("markers", "xdist_group(name): run these tests in one pytest-xdist worker")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs two pytest-xdist workers with --dist loadgroup. The browser tests share one gradio server
-    and one Chromium per module: kept on one worker, they start once instead of once per worker."""
-    for item in items:
-        if item.path.name == "test_browser_ui.py":
-            item.add_marker(pytest.mark.xdist_group("browser"))

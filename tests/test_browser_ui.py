@@ -55,7 +55,8 @@ except ImportError as exc:  # skipped (or failed, on CI) in the fixture, not at 
     webdriver = None
     SELENIUM_ERROR = str(exc)
 
-pytestmark = pytest.mark.browser
+#: One worker runs them all (`make test`: pytest-xdist --dist loadgroup): one gradio server and one Chromium.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 PAGE = REPO_DIR / "tests" / "browser" / "page.py"

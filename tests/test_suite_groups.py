@@ -38,3 +38,13 @@ def test_the_tests_of_one_group_run_in_one_worker(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     workers = set(re.findall(r"\[(gw\d+)\].*PASSED test_grouped\.py", run.stdout))
     assert len(workers) == 1, run.stdout
+
+
+def test_the_browser_tests_are_one_group_when_xdist_reads_the_groups() -> None:
+    """pytest-xdist 3.8 reads `xdist_group` while it collects, before a conftest's `pytest_collection_modifyitems`
+    adds marks: a mark added there never grouped anything (the browser tests started a server and a Chromium in
+    both workers). The group is the module's own mark."""
+    import test_browser_ui
+
+    marks = test_browser_ui.pytestmark if isinstance(test_browser_ui.pytestmark, list) else [test_browser_ui.pytestmark]
+    assert any(m.name == "xdist_group" and m.args == ("browser",) for m in marks), marks
