@@ -11,7 +11,8 @@ is centred over the stand-in's grid (`_centre_positions`). Every block of the st
 by `BLOCK_UPDATE` (`strengthen`): as built, how much a block adds depends on how the family's random modulation
 happens to be initialised (Flux.1's blocks add 2-3% to the stream, Chroma's, the same blocks behind another
 modulation network, 15-25%), and a model whose blocks add almost nothing passes its input through, so any change
-inside attention looked nearly free. Nothing here is fitted to a trained DiT (none can be downloaded here):
+inside attention looked nearly free. Lumina 2's stand-in reads its time as Z-Image's model does (`TIME_SCALE`): as
+built, its output hardly depended on the time. Nothing here is fitted to a trained DiT (none can be downloaded here):
 docs/fidelity.md says what is unknown.
 
 The fidelity panel that runs them beside the references: tome_bench.dit_fidelity.
