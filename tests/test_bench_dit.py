@@ -144,9 +144,9 @@ def test_the_full_size_configs_build_on_the_meta_device(name: str) -> None:
 @pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
 def test_every_stand_in_s_output_depends_on_the_time(name: str) -> None:
     """A trained model's velocity at sigma 0.2 is not its velocity at 0.5. With random weights Lumina 2's time
-    embedding (sinusoids of its time in [0, 1]) barely moved the output (1.7% on the full stand-in, 42-57% in the
+    embedding (sinusoids of its time in [0, 1]) barely moved the output (1.7% on the full stand-in, 22-59% in the
     other families), so dropping a step changed a generation by 0.1%: its stand-in reads the time as Z-Image's model
-    does (`dit_standin.TIME_SCALE`)."""
+    does (`Family.time_scale`)."""
     family = tiny(name)
     model = dit_standin.build(family, 0.85)
     noise, natural, text = dit_standin._inputs(family, 0)

@@ -74,7 +74,6 @@ def panel(
 ) -> dict:
     """Every variant of every family and stand-in variant (`kinds`), one call and whole generations; the rows as a
     dict. `speeds`: family -> preset -> speed-up for the step-saving references, instead of the speed table's."""
-    sizes = SIZES
     rows: dict[str, Any] = {"steps": steps, "seeds": seeds, "rows": []}
     for name in names:
         family = FAMILIES[name]
@@ -82,7 +81,7 @@ def panel(
             model = build(family, VARIANTS[variant])
             base_call = [one_call(model, family, s) for s in range(seeds)]
             base_gen = [generate(model, family, steps, s) for s in range(seeds)]
-            for v in variants(name, sizes[name], (speeds or {}).get(name)):
+            for v in variants(name, SIZES[name], (speeds or {}).get(name)):
                 start = time.time()
                 if v.speedup is not None:
                     # As many fewer steps as save no more time than the preset: the reference users accept.

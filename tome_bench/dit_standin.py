@@ -11,7 +11,7 @@ is centred over the stand-in's grid (`_centre_positions`). Every block of the st
 by `BLOCK_UPDATE` (`strengthen`): as built, how much a block adds depends on how the family's random modulation
 happens to be initialised (Flux.1's blocks add 2-3% to the stream, Chroma's, the same blocks behind another
 modulation network, 15-25%), and a model whose blocks add almost nothing passes its input through, so any change
-inside attention looked nearly free. Lumina 2's stand-in reads its time as Z-Image's model does (`TIME_SCALE`): as
+inside attention looked nearly free. Lumina 2's stand-in reads its time as Z-Image's model does (`Family.time_scale`): as
 built, its output hardly depended on the time. Nothing here is fitted to a trained DiT (none can be downloaded here):
 docs/fidelity.md says what is unknown.
 
@@ -50,8 +50,9 @@ Feed = Callable[[nn.Module, "Family", torch.Tensor, float, torch.Tensor], torch.
 
 @dataclass(frozen=True)
 class Family:
-    """A reduced DiT of one family: its diffusers class and config, the latent it runs on, and how the family's
-    diffusers pipeline feeds it (`feed`)."""
+    """A reduced DiT of one family: its diffusers class and config, the latent it runs on, how the family's
+    diffusers pipeline feeds it (`feed`), and where the stand-in scales the time the model embeds (`time_scale`:
+    the time embedding's module and the factor, for a family whose random time embedding barely reads the time)."""
 
     name: str
     cls: str
@@ -61,6 +62,7 @@ class Family:
     text_dim: str  # the config key of the text states' width
     head_dim: int
     feed: Feed
+    time_scale: tuple[str, float] | None = None
 
 
 def _pack(latent: torch.Tensor) -> torch.Tensor:
@@ -323,6 +325,11 @@ FAMILIES: dict[str, Family] = {
             "cap_feat_dim",
             96,
             _lumina2,
+            # Lumina 2 embeds a time in [0, 1] with sinusoids of periods 2 pi to 2 pi * 10^4: with random weights its
+            # output hardly depends on the time (one call at sigma 0.2 against 0.5: 1.7% apart, 22-59% in the other
+            # families) and dropping a step moved a generation by 0.1%. Read 1000x, as Z-Image's model scales the
+            # same [0, 1] time (`t_scale`).
+            time_scale=("time_caption_embed.time_proj", 1000.0),
         ),
         Family(
             "sd3",
@@ -495,18 +502,10 @@ def strengthen(model: nn.Module, family: Family, target: float = BLOCK_UPDATE) -
     return gain[0]
 
 
-#: Time embeddings a random model barely reads: Lumina 2 embeds its time in [0, 1] with sinusoids of periods 2 pi to
-#: 2 pi * 10^4, so with random weights its output hardly depends on the time (one call at sigma 0.2 against 0.5:
-#: 1.7% apart, 22-59% in the other families) and dropping a step moved a generation by 0.1%. The stand-in reads
-#: the time scaled as Z-Image's model scales the same [0, 1] time (`t_scale` 1000): 1000x, before the sinusoids.
-TIME_SCALE = {"lumina2": ("time_caption_embed.time_proj", 1000.0)}
-
-
 def _scale_time(model: nn.Module, family: Family) -> None:
-    if family.name not in TIME_SCALE:
-        return
-    path, scale = TIME_SCALE[family.name]
-    model.get_submodule(path).register_forward_pre_hook(lambda module, args: (args[0] * scale, *args[1:]))
+    if family.time_scale is not None:
+        path, scale = family.time_scale
+        model.get_submodule(path).register_forward_pre_hook(lambda module, args: (args[0] * scale, *args[1:]))
 
 
 @torch.no_grad()
