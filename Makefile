@@ -36,7 +36,7 @@ STAMP := $(VENV)/.sd-webui-tome.stamp
 PYTEST_MARK ?= not webui and not comfy
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test: 2 nearly halve its time on 2 cores; PYTEST_WORKERS=0 runs in one process.
-# loadgroup: tests marked xdist_group (the browser tests, see tests/conftest.py) share one worker.
+# loadgroup: tests marked xdist_group (the stand-in fidelity, the GPU-budget traces) share one worker.
 PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
 RUFF_PATHS ?= .
@@ -84,10 +84,10 @@ format: venv
 	$(VENV)/bin/ruff check --fix $(RUFF_PATHS)
 	$(VENV)/bin/ruff format $(RUFF_PATHS)
 
-# pytest exits 5 when it ran no test: that fails here too (make fails on any non-zero status).
+# tests/run_suite.py: the browser tests (mostly waiting on a page) in a pytest process of their own beside the rest
+# on PYTEST_WORKERS xdist workers. pytest's 5 (no test ran) fails here too (make fails on any non-zero status).
 test: lint
-	$(PY) -m pytest -q -m "$(PYTEST_MARK)" -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || { rc=$$?; \
-		if [ $$rc -eq 5 ]; then echo "error: pytest collected/ran no tests" >&2; fi; exit $$rc; }
+	$(PY) tests/run_suite.py --mark "$(PYTEST_MARK)" --workers $(PYTEST_WORKERS) -- $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) -m tome_bench $(BENCH_ARGS)

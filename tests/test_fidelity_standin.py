@@ -36,33 +36,27 @@ OLD_SD_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @functools.cache
-def _stand_in() -> tuple[Any, ...]:
-    return fidelity.model("sd15", SIZE, "stand-in", "natural")
-
-
-@functools.cache
-def _changed() -> dict[str, float]:
+def _measured() -> tuple[dict[str, float], fidelity.AttentionStats]:
+    """Each variant's change, and the attention of the unpatched call they are measured from (one call fewer)."""
     patches = {**fidelity.relation_patches("sd"), **fidelity.preset_patches()}
     patches.update({f"old {name}": fidelity.config_patch(**fields) for name, fields in OLD_SD_PRESETS.items()})
-    return fidelity.changes(*_stand_in(), patches)
+    unet, args, kwargs = fidelity.model("sd15", SIZE, "stand-in", "natural")
+    watch = fidelity.AttentionWatch(unet, queries=64)
+    changed = fidelity.changes(unet, args, kwargs, patches, watch_base=watch)
+    return changed, watch.stats()
 
 
 # Cached in the worker, not module-scoped fixtures: pytest tears a module's fixtures down whenever the worker runs
 # another module's test between two of these, and each rebuild is a few minutes.
 @pytest.fixture
-def stand_in() -> tuple[Any, ...]:
-    return _stand_in()
-
-
-@pytest.fixture
 def changed() -> dict[str, float]:
     """Each variant's change on the stand-in: the relations' variants (tomesd's and ToDo's defaults among them),
     today's presets and yesterday's."""
-    return dict(_changed())
+    return dict(_measured()[0])
 
 
-def test_the_stand_in_attends_like_a_trained_model(stand_in: tuple[Any, ...]) -> None:
-    stats = fidelity.attention_stats(*stand_in, queries=64)
+def test_the_stand_in_attends_like_a_trained_model() -> None:
+    stats = _measured()[1]
     # A random UNet's self-attention is 99% of log N at every level; a trained one's is local with a floor.
     assert stats.entropy[1] < 0.9, stats
     # Cross-attention: most of its mass on the prompt's start token (trained SD: 0.9-0.99).

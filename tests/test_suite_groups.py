@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GROUPED = """
 import pytest
 
@@ -25,21 +27,6 @@ def test_grouped(n):
 """
 
 
-def test_the_tests_of_one_group_run_in_one_worker(tmp_path: Path) -> None:
-    (tmp_path / "test_grouped.py").write_text(GROUPED)
-    (tmp_path / "test_free.py").write_text("def test_free():\n    pass\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "."],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    workers = set(re.findall(r"\[(gw\d+)\].*PASSED test_grouped\.py", run.stdout))
-    assert len(workers) == 1, run.stdout
-
-
 def test_the_browser_tests_are_one_group_when_xdist_reads_the_groups() -> None:
     """pytest-xdist 3.8 reads `xdist_group` while it collects, before a conftest's `pytest_collection_modifyitems`
     adds marks: a mark added there never grouped anything (the browser tests started a server and a Chromium in
@@ -48,3 +35,90 @@ def test_the_browser_tests_are_one_group_when_xdist_reads_the_groups() -> None:
 
     marks = test_browser_ui.pytestmark if isinstance(test_browser_ui.pytestmark, list) else [test_browser_ui.pytestmark]
     assert any(m.name == "xdist_group" and m.args == ("browser",) for m in marks), marks
+
+
+PAGE = """
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def test_page():
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`make test`'s runner (tests/run_suite.py) on a few tests of its own: a group, a free test, a browser test."""
+    root = tmp_path_factory.mktemp("suite")
+    (root / "test_grouped.py").write_text(GROUPED)
+    (root / "test_free.py").write_text("def test_free():\n    pass\n")
+    (root / "test_page.py").write_text(PAGE)
+    (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    browser: a page\n    webui: a live WebUI\n")
+    runner = Path(__file__).resolve().parent / "run_suite.py"
+    return subprocess.run(
+        [
+            sys.executable,
+            str(runner),
+            "--mark",
+            "not webui",
+            "--workers",
+            "2",
+            "--",
+            "-v",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_tests_of_one_group_run_in_one_worker(suite_run: subprocess.CompletedProcess[str]) -> None:
+    assert suite_run.returncode == 0, suite_run.stdout + suite_run.stderr
+    workers = set(re.findall(r"\[(gw\d+)\].*PASSED test_grouped\.py", suite_run.stdout))
+    assert len(workers) == 1, suite_run.stdout
+
+
+def test_make_test_runs_the_browser_tests_beside_the_rest_and_leaves_none_out(
+    suite_run: subprocess.CompletedProcess[str],
+) -> None:
+    """The browser tests in a process of their own, the rest (7) on the xdist workers, each test once."""
+    assert suite_run.returncode == 0, suite_run.stdout + suite_run.stderr
+    rest, browser = suite_run.stdout.split("---- the browser tests")
+    assert re.search(r"\b7 passed\b", rest) and "[gw1]" in rest and "test_page" not in rest, suite_run.stdout
+    assert re.search(r"\b1 passed\b", browser) and "test_page.py::test_page PASSED" in browser, suite_run.stdout
+
+
+def test_make_test_fails_when_neither_run_has_a_test(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import run_suite
+
+    ran: list[list[str]] = []
+
+    class Exited:
+        def __init__(self, cmd: list[str], **_: object) -> None:
+            ran.append(cmd)
+            self.returncode = 5
+
+        def wait(self) -> int:
+            return self.returncode
+
+    monkeypatch.setattr(run_suite.subprocess, "Popen", Exited)
+    monkeypatch.setattr(run_suite.subprocess, "run", Exited)
+    assert run_suite.main(["--mark", "webui", "--", "-k", "nothing"]) == 5
+    assert "ran no tests" in capsys.readouterr().err
+    assert [cmd[cmd.index("-m", 2) + 1] for cmd in ran] == ["(webui) and browser", "(webui) and not browser"], ran
+    assert all(cmd[-2:] == ["-k", "nothing"] for cmd in ran), ran
+
+
+def test_the_suite_fails_when_either_run_fails_and_not_when_one_selects_nothing() -> None:
+    from run_suite import status
+
+    assert [status(0, 0), status(5, 0), status(0, 5), status(5, 5)] == [0, 0, 0, 5]
+    assert [status(1, 0), status(0, 1), status(5, 2), status(1, 2)] == [1, 1, 2, 2]

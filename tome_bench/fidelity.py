@@ -124,24 +124,24 @@ class AttentionStats:
     bos_mass: Mapping[int, float]
 
 
-@torch.no_grad()
-def attention_stats(
-    unet: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], queries: int = 256
-) -> AttentionStats:
-    """Measured on `queries` evenly spaced queries of every block (the whole matrix is N^2), averaged per level."""
-    from tome_core import transformer_blocks
+class AttentionWatch:
+    """While entered, records `AttentionStats` of every UNet call on `queries` evenly spaced queries of every block
+    (the whole matrix is N^2), without changing the call's output: a measurement can watch a call it makes anyway."""
 
-    ent: dict[int, list[float]] = {}
-    bos: dict[int, list[float]] = {}
-    handles = []
+    def __init__(self, unet: nn.Module, queries: int = 256) -> None:
+        self.unet, self.queries = unet, queries
+        self.entropy: dict[int, list[float]] = {}
+        self.bos: dict[int, list[float]] = {}
+        self.handles: list[Any] = []
 
-    def probe(level: int, module: nn.Module, cross: bool) -> Callable[..., None]:
+    def _probe(self, level: int, module: nn.Module, cross: bool) -> Callable[..., None]:
+        @torch.no_grad()
         def hook(m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             x = args[0] if args else kwargs["hidden_states"]
             ctx = kwargs.get("encoder_hidden_states")
             ctx = x if ctx is None else ctx
             n = x.shape[1]
-            pick = torch.linspace(0, n - 1, min(queries, n)).long()
+            pick = torch.linspace(0, n - 1, min(self.queries, n)).long()
             q = m.to_q(x[:, pick])
             k = m.to_k(ctx)
             b, heads = q.shape[0], m.heads
@@ -149,24 +149,42 @@ def attention_stats(
             k = k.view(b, -1, heads, k.shape[-1] // heads).transpose(1, 2)
             p = torch.softmax((q @ k.transpose(-1, -2)).float() * m.scale, dim=-1)  # [B, heads, queries, keys]
             if cross:
-                bos.setdefault(level, []).append(float(p[..., 0].mean()))
+                self.bos.setdefault(level, []).append(float(p[..., 0].mean()))
             else:
                 h = -(p * p.clamp_min(1e-30).log()).sum(-1)
-                ent.setdefault(level, []).append(float(h.mean() / math.log(k.shape[2])))
+                self.entropy.setdefault(level, []).append(float(h.mean() / math.log(k.shape[2])))
 
         return hook
 
-    for block, level in transformer_blocks(unet):
-        handles.append(block.attn1.register_forward_pre_hook(probe(level, block.attn1, False), with_kwargs=True))
-        if getattr(block, "attn2", None) is not None:
-            handles.append(block.attn2.register_forward_pre_hook(probe(level, block.attn2, True), with_kwargs=True))
-    try:
-        call(unet, args, kwargs)
-    finally:
-        for handle in handles:
+    def __enter__(self) -> AttentionWatch:
+        from tome_core import transformer_blocks
+
+        for block, level in transformer_blocks(self.unet):
+            for attn, cross in ((block.attn1, False), (getattr(block, "attn2", None), True)):
+                if attn is not None:
+                    hook = self._probe(level, attn, cross)
+                    self.handles.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self.handles:
             handle.remove()
-    mean = lambda values: sum(values) / len(values)
-    return AttentionStats({k: mean(v) for k, v in sorted(ent.items())}, {k: mean(v) for k, v in sorted(bos.items())})
+        self.handles.clear()
+
+    def stats(self) -> AttentionStats:
+        mean = lambda values: sum(values) / len(values)
+        return AttentionStats(
+            {k: mean(v) for k, v in sorted(self.entropy.items())}, {k: mean(v) for k, v in sorted(self.bos.items())}
+        )
+
+
+def attention_stats(
+    unet: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], queries: int = 256
+) -> AttentionStats:
+    """`AttentionStats` of one call, averaged per level."""
+    with AttentionWatch(unet, queries) as watch:
+        call(unet, args, kwargs)
+    return watch.stats()
 
 
 # ---------------------------------------------------------------------------------------------- variants and panels
@@ -213,11 +231,14 @@ def changes(
     patches: Mapping[str, Patch],
     steps: int | None = None,
     on_result: Callable[[str, float], None] | None = None,
+    watch_base: contextlib.AbstractContextManager[Any] | None = None,
 ) -> dict[str, float]:
     """The relative change of each patched variant's output from the unpatched one's: one UNet call (`steps` None)
-    or the final latent of a `steps`-step generation."""
+    or the final latent of a `steps`-step generation. `watch_base` (an `AttentionWatch`) is entered around the
+    unpatched run only."""
     run = (lambda: call(unet, args, kwargs)) if steps is None else (lambda: generate(unet, args, kwargs, steps))
-    base = run()
+    with watch_base or contextlib.nullcontext():
+        base = run()
     out: dict[str, float] = {}
     for name, patch in patches.items():
         with patch(unet):
@@ -269,11 +290,14 @@ def model(
     if kind == "random":
         unet = archs.build_unet(arch, torch.float32, "cpu")
         args, kwargs = archs.make_inputs(arch, size, batch=1, latent_kind=latent, timestep=timestep)
-        return unet, args, kwargs
-    params = standin.fitted(arch, size, kind)
-    unet = standin.build(arch, params)
-    args, kwargs = standin.standin_inputs(unet, arch, size, params, latent_kind=latent, timestep=timestep)
-    return unet, args, kwargs
+    else:
+        params = standin.fitted(arch, size, kind)
+        unet = standin.build(arch, params)
+        args, kwargs = standin.standin_inputs(unet, arch, size, params, latent_kind=latent, timestep=timestep)
+    # Channels-last: a CPU call is a tenth faster (oneDNN's convolutions take it without reordering) and the same
+    # to about 1e-6; nn.Module.to, as diffusers' own `to` warns about dtypes on any call.
+    nn.Module.to(unet, memory_format=torch.channels_last)
+    return unet, (args[0].contiguous(memory_format=torch.channels_last), *args[1:]), kwargs
 
 
 def preset_patches(names: Sequence[str] | None = None) -> dict[str, Patch]:
