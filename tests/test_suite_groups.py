@@ -58,19 +58,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
     (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    browser: a page\n    webui: a live WebUI\n")
     runner = Path(__file__).resolve().parent / "run_suite.py"
     return subprocess.run(
-        [
-            sys.executable,
-            str(runner),
-            "--mark",
-            "not webui",
-            "--workers",
-            "2",
-            "--",
-            "-v",
-            "-v",
-            "-p",
-            "no:cacheprovider",
-        ],
+        [sys.executable, str(runner), "--mark", "not webui", "--browser-tests", "test_page.py", "--", "-v", "-v"],
         cwd=root,
         capture_output=True,
         text=True,
@@ -92,6 +80,19 @@ def test_make_test_runs_the_browser_tests_beside_the_rest_and_leaves_none_out(
     rest, browser = suite_run.stdout.split("---- the browser tests")
     assert re.search(r"\b7 passed\b", rest) and "[gw1]" in rest and "test_page" not in rest, suite_run.stdout
     assert re.search(r"\b1 passed\b", browser) and "test_page.py::test_page PASSED" in browser, suite_run.stdout
+    assert "deselected" not in browser, suite_run.stdout  # it collected the browser module alone
+
+
+def test_the_browser_tests_are_where_the_runner_looks_for_them() -> None:
+    """tests/run_suite.py's browser process collects `BROWSER_TESTS` only: a test marked `browser` elsewhere would run
+    in neither process."""
+    from run_suite import BROWSER_TESTS
+
+    root = Path(__file__).resolve().parent.parent
+    marked = {
+        p.relative_to(root).as_posix() for p in (root / "tests").glob("test_*.py") if "mark.browser" in p.read_text()
+    }
+    assert marked - {"tests/test_suite_groups.py"} == {BROWSER_TESTS}, marked
 
 
 def test_make_test_fails_when_neither_run_has_a_test(
