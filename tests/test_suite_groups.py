@@ -1,9 +1,10 @@
-"""`make test` runs two pytest-xdist workers with --dist loadgroup: the tests of one `xdist_group` (the browser
-tests, the GPU-budget traces, the stand-in fidelity) must run in one worker, which builds what they share once.
+"""`make test` (tests/run_suite.py) runs the browser tests in a pytest process of their own and the rest on two
+pytest-xdist workers with --dist loadgroup: the tests of one `xdist_group` (the GPU-budget traces, the stand-in
+fidelity; the browser tests when pytest-xdist runs them) must run in one worker, which builds what they share once.
 
 pytest 9.2 keeps a node's id in `_id`, where pytest-xdist 3.8 appends the group to `_nodeid`: every group was then
 spread over both workers and each built its shared models and traces again (the suite took minutes longer). This
-runs the pinned pair on a file of its own, as `make test` runs them.
+runs the pinned pair on a suite of its own, as `make test` runs them.
 """
 
 from __future__ import annotations
