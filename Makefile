@@ -35,7 +35,8 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.sd-webui-tome.stamp
 PYTEST_MARK ?= not webui and not comfy
 PYTEST_ARGS ?=
-# pytest-xdist workers for make test: 2 nearly halve its time on 2 cores; PYTEST_WORKERS=0 runs in one process.
+# pytest-xdist workers for make test: 2 nearly halve its time on 2 cores; PYTEST_WORKERS=0 runs all but the browser
+# tests in one process.
 # loadgroup: tests marked xdist_group (the stand-in fidelity, the GPU-budget traces) share one worker.
 PYTEST_WORKERS ?= 2
 BENCH_ARGS ?=
