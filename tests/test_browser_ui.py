@@ -55,7 +55,8 @@ except ImportError as exc:  # skipped (or failed, on CI) in the fixture, not at 
     webdriver = None
     SELENIUM_ERROR = str(exc)
 
-#: One worker runs them all (`make test`: pytest-xdist --dist loadgroup): one gradio server and one Chromium.
+#: One gradio server and one Chromium for them all: under pytest-xdist (--dist loadgroup) one worker runs them;
+#: `make test` runs them in a pytest process of their own (tests/run_suite.py).
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 REPO_DIR = Path(__file__).resolve().parents[1]

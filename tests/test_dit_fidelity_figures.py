@@ -16,6 +16,8 @@ from tome_core.families import DIT_FAMILIES
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
 #: The panel run the figures come from (the kept token of each cell drawn per step, blocks as strong in every family).
 PANELS = ("2026-11-28-dit-fidelity-blocks", "2026-11-28-dit-fidelity-nextdit")
+#: The naive port's name in the words users read.
+PORT = "keys/values 2×2 in every block"
 
 
 def _stand_in_rows() -> dict[str, dict[str, dict]]:
@@ -33,14 +35,14 @@ def test_each_figure_is_the_panels(family: str) -> None:
     measured = _stand_in_rows()[family]
     port = measured["naive port (kv 2x2, every block)"]
     quality = held["quality"]
-    assert quality.reference == "keys/values 2×2 in every block"
+    assert quality.reference == PORT
     assert quality.change == pytest.approx(measured["quality"]["call"] / port["call"], abs=0.006)
     assert quality.generation == pytest.approx(measured["quality"]["generation"] / port["generation"], abs=0.006)
     assert quality.change < 1 and quality.generation < 1  # less than the naive port
     for name in ("balanced", "fast", "fastest"):
         (steps,) = [row for key, row in measured.items() if key.startswith(f"fewer steps ({name}'s")]
         if steps["generation"] == 0:  # it saves less than one step's worth: held to the naive port instead
-            assert held[name].reference == "keys/values 2×2 in every block", (family, name)
+            assert held[name].reference == PORT, (family, name)
             assert held[name].change == pytest.approx(measured[name]["call"] / port["call"], abs=0.006)
             assert held[name].generation == pytest.approx(measured[name]["generation"] / port["generation"], abs=0.006)
             continue
@@ -60,6 +62,6 @@ NO_STEP_REFERENCE = ("lumina2",)
 def test_balanced_changes_no_more_than_dropping_steps_for_the_same_time(family: str) -> None:
     held = tome_core.get_preset("balanced").fidelity.get(family)
     if family in NO_STEP_REFERENCE:
-        assert held.reference == "keys/values 2×2 in every block" and held.generation < 1
+        assert held.reference == PORT and held.generation < 1
         return
     assert (held.generation > 1) == (family in OVER_THE_STEPS), (family, held)
