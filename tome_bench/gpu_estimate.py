@@ -130,19 +130,58 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: 
     return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
+def _like(x: torch.Tensor) -> Any:
+    """An elementwise operation's output for `x`: its layout where `x` is dense, contiguous where its strides already
+    fall (a slice of the last dimension); anything else to the operation's own meta function."""
+    if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)):
+        return torch.empty_like(x)
+    if list(x.stride()) == sorted(x.stride(), reverse=True) and 0 not in x.stride():
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return NotImplemented
+
+
+def _group_norm(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, hw: int, groups: int, *_: Any) -> Any:
+    out = _like(x)
+    return NotImplemented if out is NotImplemented else (out, x.new_empty((n, groups)), x.new_empty((n, groups)))
+
+
+def _unary(x: torch.Tensor, *_: Any, **__: Any) -> Any:
+    return _like(x)
+
+
+def _binary(a: torch.Tensor, b: Any, *_: Any, **__: Any) -> Any:
+    """Two operands of one shape, dtype and layout, or a float tensor and a Python number: no broadcast, no
+    promotion."""
+    same = isinstance(b, torch.Tensor) and (b.shape, b.dtype, b.stride()) == (a.shape, a.dtype, a.stride())
+    number = isinstance(b, (int, float)) and not isinstance(b, bool) and a.is_floating_point()
+    return _like(a) if same or number else NotImplemented
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+
+
 def _attention(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A fused attention kernel's output: written [B, L, H, D], returned as a [B, H, L, D] view."""
     shape = (*q.shape[:-3], q.shape[-2], q.shape[-3], v.shape[-1])
     return torch.empty(shape, dtype=q.dtype, device=q.device).transpose(-3, -2)
 
 
-#: Outputs of operations whose meta functions are Python decompositions (a third of a trace's time), made directly
-#: on the meta device with the shapes, dtypes and layouts those give: the same trace, op for op
-#: (tests/test_gpu_budget.py traces with and without them).
+#: Outputs of the operations whose meta functions are slow Python (with them, an SDXL call's trace took twice the
+#: time), made directly on the meta device with the shapes, dtypes and layouts those give, for the plain cases
+#: (other cases go to the meta function): the same trace, op for op (tests/test_gpu_budget.py traces with and
+#: without them).
 _META_OUTPUTS: dict[Any, Callable[..., Any]] = {
     F.scaled_dot_product_attention: _attention,
     torch.ops.aten.native_layer_norm.default: _layer_norm,
     torch.ops.aten.addmm.default: _addmm,
+    torch.ops.aten.mm.default: _mm,
+    torch.ops.aten.native_group_norm.default: _group_norm,
+    torch.ops.aten.gelu.default: _unary,
+    torch.ops.aten.silu.default: _unary,
+    torch.ops.aten.add.Tensor: _binary,
+    torch.ops.aten.mul.Tensor: _binary,
+    torch.ops.aten.div.Tensor: _binary,
 }
 
 
@@ -155,9 +194,10 @@ class _Record(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         fast = _META_OUTPUTS.get(func)
+        out = NotImplemented
         if fast is not None and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
             out = fast(*args, **kwargs)
-        else:
+        if out is NotImplemented:
             out = func(*args, **kwargs)
         if self.muted:
             return out
