@@ -68,9 +68,28 @@ def _no_global_hooks_leak() -> Iterator[None]:
 
 
 @pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """For a test that traces with torch.compile: dynamo's caches are global and keyed by code objects every tiny
+    model of a kind shares (and past the recompile limit dynamo would fall back to eager), so each such test traces
+    its own model from a reset."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def build() -> Callable[..., torch.nn.Module]:
     """Factory for fresh, seeded tiny UNets: build(kind, seed=0). Fresh per call, so patches never leak."""
     return tiny_models.build_unet
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # pytest-xdist hands the tests out one at a time in this order (after the groups): the ones that trace with
+    # torch.compile (5-45 s each) first, so that no worker is still running one at the end while the other has
+    # nothing left (make test, 2026-11-28: the SD.Next compile tests, last by name, kept one worker busy for a
+    # minute after the other had finished). Every worker sorts the same collection the same way.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: "fresh_dynamo" not in getattr(item, "fixturenames", ()))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -480,13 +480,6 @@ class GraphCounter:
         return gm.forward
 
 
-@pytest.fixture
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_a_model_compiled_as_an_object_patch_is_reduced_in_the_module_it_runs(caplog: Any) -> None:
     """ComfyUI-TeaCache's CompileModel puts `torch.compile(diffusion_model)` in as an object patch (ComfyUI sets it

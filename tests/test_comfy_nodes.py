@@ -7,7 +7,6 @@ import logging
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,14 +399,6 @@ class GraphCounter:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         self.graphs.append(gm)
         return gm.forward
-
-
-@pytest.fixture
-def fresh_dynamo() -> Iterator[None]:
-    """Dynamo's caches are global and keyed by code objects every stand-in UNet shares."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:

@@ -10,7 +10,7 @@ code objects that every tiny UNet of a kind shares, so each test starts from `to
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from tome_core.patch import timestep_key
 
 from tiny_models import WebUILike, build_unet, is_diffusers, make_inputs
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 STEPS = (999.0, 750.0, 500.0, 250.0)  # one sampling; the timestep changes every step
 #: Where the merge at level 1 is the point and not the layout: dynamo traces it faster than diffusers_sd1.
 SMALL = "diffusers_sd1_small"
@@ -39,13 +40,6 @@ class GraphCounter:
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         self.graphs.append(gm)
         return gm.forward
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 #: model name -> (builder, model family)

@@ -124,3 +124,24 @@ def test_the_suite_fails_when_either_run_fails_and_not_when_one_selects_nothing(
 
     assert [status(0, 0), status(5, 0), status(0, 5), status(5, 5)] == [0, 0, 0, 5]
     assert [status(1, 0), status(0, 1), status(5, 2), status(1, 2)] == [1, 1, 2, 2]
+
+
+def test_under_xdist_the_tests_that_compile_are_handed_out_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist hands single tests out in collection order: a compile test (tens of seconds) left for the end
+    keeps one worker busy after the other has finished. The conftest puts them first under xdist, in their order,
+    and leaves a plain run's order alone (module fixtures would be set up twice)."""
+    import conftest
+
+    class Item:
+        def __init__(self, name: str, *fixtures: str) -> None:
+            self.name, self.fixturenames = name, list(fixtures)
+
+    def order() -> list[str]:
+        items = [Item("a"), Item("b", "fresh_dynamo"), Item("c", "tmp_path"), Item("d", "fresh_dynamo")]
+        conftest.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+        return [item.name for item in items]
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert order() == ["a", "b", "c", "d"]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert order() == ["b", "d", "a", "c"]

@@ -205,14 +205,6 @@ def test_attn1_patch_of_another_extension_still_merges(engine: forge.Engine, mod
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain.sampler.outputs(), p.sampler.outputs()))
 
 
-@pytest.fixture
-def fresh_dynamo() -> Iterator[None]:
-    """Each test traces its own UNet: dynamo's caches are global and keyed by code the stand-in UNets share."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize("how", ["wrapper", "in place"])
 def test_compiled_unet_that_ignores_the_patch_is_noted(engine: forge.Engine, how: str) -> None:

@@ -253,14 +253,6 @@ def test_off_is_bitwise_the_host_without_the_extension(engine: neo.StableDiffusi
 # ---------------------------------------------------------------------------------------------- Torch Compile
 
 
-@pytest.fixture
-def fresh_dynamo() -> Iterator[None]:
-    """Each test traces its own UNet: without a reset, the recompile limit makes dynamo fall back to eager."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def is_compiled(engine: neo.StableDiffusion) -> bool:
     return isinstance(engine.forge_objects.unet.model.diffusion_model, torch._dynamo.eval_frame.OptimizedModule)
 

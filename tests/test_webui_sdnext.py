@@ -265,14 +265,6 @@ def test_failed_pipeline_call_leaves_nothing(pipe: sdnext.Pipeline) -> None:
 # ---------------------------------------------------------------------------------------------- torch.compile
 
 
-@pytest.fixture
-def fresh_dynamo() -> Iterator[None]:
-    """Each test traces its own UNet: dynamo's caches are global and keyed by code the tiny UNets share."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize(
     ("options", "hires"),
