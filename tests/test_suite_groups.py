@@ -145,3 +145,11 @@ def test_under_xdist_the_tests_that_compile_are_handed_out_first(monkeypatch: py
     assert order() == ["a", "b", "c", "d"]
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     assert order() == ["b", "d", "a", "c"]
+
+
+def test_what_the_imports_made_is_out_of_the_garbage_collectors_way() -> None:
+    """Python's full collections walk every object they track: torch's, diffusers' and gradio's from the imports
+    too, unless the conftest froze them after collecting (and after each compile test, what dynamo keeps)."""
+    import gc
+
+    assert gc.get_freeze_count() > 100_000
