@@ -178,15 +178,6 @@ class AttentionWatch:
         )
 
 
-def attention_stats(
-    unet: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], queries: int = 256
-) -> AttentionStats:
-    """`AttentionStats` of one call, averaged per level."""
-    with AttentionWatch(unet, queries) as watch:
-        call(unet, args, kwargs)
-    return watch.stats()
-
-
 # ---------------------------------------------------------------------------------------------- variants and panels
 
 #: What a variant does to a UNet while it is measured: a context manager factory.

@@ -126,11 +126,15 @@ def _layer_norm(x: torch.Tensor, normalized: Sequence[int], *_: Any) -> tuple[to
     return empty(x.shape, dtype=x.dtype), empty(stats, dtype=wide), empty(stats, dtype=wide)
 
 
-def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
-def _like(x: torch.Tensor) -> Any:
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *_: Any, **__: Any) -> torch.Tensor:
+    return _mm(a, b)
+
+
+def _like(x: torch.Tensor, *_: Any, **__: Any) -> Any:
     """An elementwise operation's output for `x`: its layout where `x` is dense, contiguous where its strides already
     fall (a slice of the last dimension); anything else to the operation's own meta function."""
     if x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)):
@@ -145,20 +149,12 @@ def _group_norm(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, hw: int
     return NotImplemented if out is NotImplemented else (out, x.new_empty((n, groups)), x.new_empty((n, groups)))
 
 
-def _unary(x: torch.Tensor, *_: Any, **__: Any) -> Any:
-    return _like(x)
-
-
 def _binary(a: torch.Tensor, b: Any, *_: Any, **__: Any) -> Any:
     """Two operands of one shape, dtype and layout, or a float tensor and a Python number: no broadcast, no
     promotion."""
     same = isinstance(b, torch.Tensor) and (b.shape, b.dtype, b.stride()) == (a.shape, a.dtype, a.stride())
     number = isinstance(b, (int, float)) and not isinstance(b, bool) and a.is_floating_point()
     return _like(a) if same or number else NotImplemented
-
-
-def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
 def _attention(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -177,8 +173,8 @@ _META_OUTPUTS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.addmm.default: _addmm,
     torch.ops.aten.mm.default: _mm,
     torch.ops.aten.native_group_norm.default: _group_norm,
-    torch.ops.aten.gelu.default: _unary,
-    torch.ops.aten.silu.default: _unary,
+    torch.ops.aten.gelu.default: _like,
+    torch.ops.aten.silu.default: _like,
     torch.ops.aten.add.Tensor: _binary,
     torch.ops.aten.mul.Tensor: _binary,
     torch.ops.aten.div.Tensor: _binary,
