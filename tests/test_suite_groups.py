@@ -9,6 +9,7 @@ runs the pinned pair on a suite of its own, as `make test` runs them.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -58,8 +59,22 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
     (root / "test_page.py").write_text(PAGE)
     (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    browser: a page\n    webui: a live WebUI\n")
     runner = Path(__file__).resolve().parent / "run_suite.py"
+    # Four pytest processes: without the plugins these tests do not use (hypothesis' and anyio's import 2 s of
+    # modules in each), 2 CPU-s instead of 10.
+    unused = ["-p", "no:hypothesispytest", "-p", "no:anyio"]
     return subprocess.run(
-        [sys.executable, str(runner), "--mark", "not webui", "--browser-tests", "test_page.py", "--", "-v", "-v"],
+        [
+            sys.executable,
+            str(runner),
+            "--mark",
+            "not webui",
+            "--browser-tests",
+            "test_page.py",
+            "--",
+            "-v",
+            "-v",
+            *unused,
+        ],
         cwd=root,
         capture_output=True,
         text=True,
@@ -153,3 +168,21 @@ def test_what_the_imports_made_is_out_of_the_garbage_collectors_way() -> None:
     import gc
 
     assert gc.get_freeze_count() > 100_000
+
+
+@pytest.mark.skipif(
+    "CS_GNU_LIBC_VERSION" not in os.confstr_names or not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc only"
+)
+def test_freed_memory_is_reused_without_page_faults() -> None:
+    """The conftest keeps what the tests free in the process (the stand-in's calls: 1.5 s of page faults each)."""
+    import resource
+
+    import torch
+
+    def faults_to_fill() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.empty(64 * 2**20, dtype=torch.uint8).fill_(1)  # 64 MiB: 16,384 pages
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults_to_fill()
+    assert faults_to_fill() < 1_000
