@@ -42,6 +42,9 @@ def _einops_ops_as_the_webuis_get_them() -> None:
 
 _einops_ops_as_the_webuis_get_them()
 
+#: Whether this Python runs on glibc (whose `mallopt` the conftest sets below).
+GLIBC = "CS_GNU_LIBC_VERSION" in os.confstr_names and bool(os.confstr("CS_GNU_LIBC_VERSION"))
+
 
 def _keep_freed_memory_for_reuse() -> None:
     """glibc hands every block over its threshold (a few MiB, growing with what was freed) back to the kernel when it
@@ -50,7 +53,7 @@ def _keep_freed_memory_for_reuse() -> None:
     up to 2 GiB from the heap, no trimming), the next call reuses them: no faults. The price is memory: a worker
     keeps its peak, and the heap's holes raise it (the stand-in and GPU-budget modules in one process: 4.2 -> 5.5 GB,
     system time 47 -> 19 s), well inside CI's 24 GiB for two workers. Other C libraries: nothing to do."""
-    if "CS_GNU_LIBC_VERSION" not in os.confstr_names or not os.confstr("CS_GNU_LIBC_VERSION"):
+    if not GLIBC:
         return
     import ctypes
     import ctypes.util

@@ -9,12 +9,12 @@ runs the pinned pair on a suite of its own, as `make test` runs them.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import pytest
 
 GROUPED = """
@@ -145,7 +145,6 @@ def test_under_xdist_the_tests_that_compile_are_handed_out_first(monkeypatch: py
     """pytest-xdist hands single tests out in collection order: a compile test (tens of seconds) left for the end
     keeps one worker busy after the other has finished. The conftest puts them first under xdist, in their order,
     and leaves a plain run's order alone (module fixtures would be set up twice)."""
-    import conftest
 
     class Item:
         def __init__(self, name: str, *fixtures: str) -> None:
@@ -170,9 +169,7 @@ def test_what_the_imports_made_is_out_of_the_garbage_collectors_way() -> None:
     assert gc.get_freeze_count() > 100_000
 
 
-@pytest.mark.skipif(
-    "CS_GNU_LIBC_VERSION" not in os.confstr_names or not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc only"
-)
+@pytest.mark.skipif(not conftest.GLIBC, reason="glibc only")
 def test_freed_memory_is_reused_without_page_faults() -> None:
     """The conftest keeps what the tests free in the process (the stand-in's calls: 1.5 s of page faults each)."""
     import resource
