@@ -9,7 +9,8 @@ text queries run in a second one. It replaces the core's interception of scaled_
 
     PYTHONPATH=. .venv/bin/python docs/runs/2026-11-29-dit-own-slot/slot.py fidelity zimage,flux2 stand-in balanced
     PYTHONPATH=. .venv/bin/python docs/runs/2026-11-29-dit-own-slot/slot.py diagonal flux,flux2,zimage
-    PYTHONPATH=. .venv/bin/python docs/runs/2026-11-29-dit-own-slot/slot.py estimate zimage,flux2
+    PYTHONPATH=. .venv/bin/python docs/runs/2026-11-29-dit-own-slot/slot.py estimate zimage,flux2 [joint]
+    (fidelity ... balanced slot,joint: both ways per slot beside the core's)
 """
 
 from __future__ import annotations
@@ -27,16 +28,20 @@ from tome_bench.dit_fidelity import SIZES
 from tome_bench.dit_standin import FAMILIES, VARIANTS, build, change, generate
 from tome_core import dit, figures
 
-MODE = {"attention": "slot"}  # "slot", "plain" (the core's), "diagonal" (record the own-token share, unreduced)
+#: "slot"; "joint" (the text queries in every slot's attention, answered from slot 0's: one attention, no second
+#: one and no concatenation); "plain" (the core's); "diagonal" (record the own-token share, unreduced)
+MODE = {"attention": "slot"}
 DIAGONAL: list[float] = []
 _CORE = dit._SdpaKeys.__torch_function__
 _NAMES = ("query", "key", "value", "attn_mask")
 _TABLES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_LABELS = {"plain": "drawn slot", "slot": "per slot", "joint": "per slot, text in each"}
 
 
 def _slots(tokens: Any, after: int, plan: Any, device: torch.device) -> tuple[Any, ...]:
     """(the slots S, every slot's keys [S*K], every slot's queries [S*m], each generated token's slot [n] and place
-    in it [n]), once per layout: a token a ragged cell repeats answers from its first slot."""
+    in it [n], and for "joint" each token's slot [L] and place [L] in the rows of the table), once per layout: a
+    token a ragged cell repeats answers from its first slot."""
     key = (tokens.before, tokens.grid, after, plan.st, plan.sy, plan.sx, str(device))
     if key not in _TABLES:
         table = dit._kept(tokens, after, plan, device)  # [S, K]
@@ -44,7 +49,15 @@ def _slots(tokens: Any, after: int, plan: Any, device: torch.device) -> tuple[An
         cells = table[:, tokens.before : tokens.before + width].reshape(-1)  # [S*m]
         first = torch.full((tokens.generated,), slots * width, dtype=torch.long, device=device)
         first = first.scatter_reduce(0, cells - tokens.before, torch.arange(slots * width, device=device), "amin")
-        _TABLES[key] = (slots, table.reshape(-1), cells, first // width, first % width)
+        slot, place = first // width, first % width
+        zero = torch.zeros(tokens.before + after, dtype=torch.long, device=device)
+        rest = torch.arange(tokens.before + after, device=device)
+        rest = torch.where(rest < tokens.before, rest, rest + width)  # the text and trailing tokens' place in a row
+        joint = (
+            torch.cat([zero[: tokens.before], slot, zero[tokens.before :]]),
+            torch.cat([rest[: tokens.before], place + tokens.before, rest[tokens.before :]]),
+        )
+        _TABLES[key] = (slots, table.reshape(-1), cells, slot, place, *joint)
     return _TABLES[key]
 
 
@@ -55,8 +68,12 @@ def _slot_attention(self: Any, func: Any, given: dict[str, Any], kwargs: dict[st
     after = None if tokens is None else tokens.after_in(length)
     if after is None or tokens.shift or given.get("attn_mask") is not None or q.dim() != 4 or q.shape[-2] != length:
         return None
-    slots, keys, queries, slot, place = _slots(tokens, after, self.hook.plan, k.device)
+    slots, keys, queries, slot, place, joint_slot, joint_place = _slots(tokens, after, self.hook.plan, k.device)
     heads, before, n = int(q.shape[1]), tokens.before, tokens.generated
+    if MODE["attention"] == "joint":
+        self.hook.reached = self.hook.applied = True
+        qg, kg, vg = (t.index_select(-2, keys).unflatten(-2, (slots, -1)).flatten(1, 2) for t in (q, k, v))
+        return func(qg, kg, vg, **kwargs).unflatten(1, (heads, slots))[:, :, joint_slot, joint_place]
     qg = q.index_select(-2, queries).unflatten(-2, (slots, -1)).flatten(1, 2)  # [B, H*S, m, D]
     kg = k.index_select(-2, keys).unflatten(-2, (slots, -1)).flatten(1, 2)  # [B, H*S, K, D]
     vg = v.index_select(-2, keys).unflatten(-2, (slots, -1)).flatten(1, 2)
@@ -92,9 +109,12 @@ def _intercept(self: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwa
 dit._SdpaKeys.__torch_function__ = _intercept
 
 
-def fidelity(families: list[str], variant: str, presets: list[str], steps: int = 12, seeds: int = 2) -> None:
+def fidelity(
+    families: list[str], variant: str, presets: list[str], modes: tuple[str, ...] = ("slot",), steps: int = 12
+) -> None:
     """Each preset's change of a whole generation, with the core's subsampling and per slot, beside dropping steps
     for the same time as the core's speed table gives (12 flow-matching Euler steps, 2 samples, as the panel)."""
+    seeds = 2
     for name in families:
         family = FAMILIES[name]
         model = build(family, VARIANTS[variant])
@@ -104,17 +124,14 @@ def fidelity(families: list[str], variant: str, presets: list[str], steps: int =
             fewer = max(1, math.ceil(steps / speed - 1e-9))
             ref = sum(change(generate(model, family, fewer, s), b) for s, b in enumerate(base)) / seeds
             got = {}
-            for mode in ("plain", "slot"):
+            for mode in ("plain", *modes):
                 MODE["attention"] = mode
                 tome_core.apply_patch(model, preset=preset)
                 got[mode] = sum(change(generate(model, family, steps, s), b) for s, b in enumerate(base)) / seeds
                 tome_core.remove_patch(model)
             per = {m: f"{c:.4f}" + (f" ({c / ref:.2f}x)" if fewer < steps else "") for m, c in got.items()}
-            print(
-                f"{name} {variant} {preset}: speed-up {speed:.3f}, {fewer} steps {ref:.4f} | "
-                f"drawn slot {per['plain']} | per slot {per['slot']}",
-                flush=True,
-            )
+            shown = " | ".join(f"{_LABELS[m]} {per[m]}" for m in ("plain", *modes))
+            print(f"{name} {variant} {preset}: speed-up {speed:.3f}, {fewer} steps {ref:.4f} | {shown}", flush=True)
 
 
 def diagonal(families: list[str], variant: str = "stand-in") -> None:
@@ -134,8 +151,11 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     job, names = sys.argv[1], sys.argv[2].split(",")
     if job == "fidelity":
-        fidelity(names, sys.argv[3], sys.argv[4].split(","))
+        fidelity(
+            names, sys.argv[3], sys.argv[4].split(","), tuple(sys.argv[5].split(",")) if sys.argv[5:] else ("slot",)
+        )
     elif job == "diagonal":
         diagonal(names)
-    else:
+    else:  # estimate [slot|joint]
+        MODE["attention"] = sys.argv[3] if sys.argv[3:] else "slot"
         sys.exit(estimate.main(["--dit", "--arch", ",".join(names)]))
