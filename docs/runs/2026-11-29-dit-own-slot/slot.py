@@ -29,7 +29,10 @@ from tome_bench.dit_standin import FAMILIES, VARIANTS, build, change, generate
 from tome_core import dit, figures
 
 #: "slot"; "joint" (the text queries in every slot's attention, answered from slot 0's: one attention, no second
-#: one and no concatenation); "plain" (the core's); "diagonal" (record the own-token share, unreduced)
+#: one and no concatenation); "ordered" (the cost alone, for the estimate, of per-slot attention on tokens that a
+#: window's first block put in slot order: no query or output gathers, each slot's keys the text and a contiguous
+#: run; it computes the wrong attention on tokens in raster order, so never with `fidelity`); "plain" (the core's);
+#: "diagonal" (record the own-token share, unreduced)
 MODE = {"attention": "slot"}
 DIAGONAL: list[float] = []
 _CORE = dit._SdpaKeys.__torch_function__
@@ -70,6 +73,9 @@ def _slot_attention(self: Any, func: Any, given: dict[str, Any], kwargs: dict[st
         return None
     slots, keys, queries, slot, place, joint_slot, joint_place = _slots(tokens, after, self.hook.plan, k.device)
     heads, before, n = int(q.shape[1]), tokens.before, tokens.generated
+    if MODE["attention"] == "ordered":
+        self.hook.reached = self.hook.applied = True
+        return _ordered_cost(func, q, k, v, slots, before, n, kwargs)
     if MODE["attention"] == "joint":
         self.hook.reached = self.hook.applied = True
         qg, kg, vg = (t.index_select(-2, keys).unflatten(-2, (slots, -1)).flatten(1, 2) for t in (q, k, v))
@@ -85,6 +91,35 @@ def _slot_attention(self: Any, func: Any, given: dict[str, Any], kwargs: dict[st
     rest = torch.cat([q[..., :before, :], q[..., before + n :, :]], dim=-2)
     rest = func(rest, k.index_select(-2, row), v.index_select(-2, row), **kwargs)
     return torch.cat([rest[..., :before, :], out, rest[..., before:, :]], dim=-2)
+
+
+def _ordered_cost(func: Any, q: Any, k: Any, v: Any, slots: int, before: int, n: int, kwargs: Any) -> Any:
+    """Per-slot attention with the generated tokens in slot order: the queries of a slot and its cells' keys are
+    contiguous runs, and folding the slots into the batch is a view of the [B, L, H, D] layout attention gets; each
+    slot's keys are the other tokens (text before and after the grid) and its run: one concatenation for keys and
+    one for values; the other tokens' queries attend to slot 0's keys."""
+    batch, heads, length, dim = q.shape
+    width, rest = n // slots, length - n
+
+    def grouped(t: Any) -> Any:  # [B, H, n, D] of slot-ordered tokens -> [B*S, H, m, D], a view
+        return t.transpose(1, 2)[:, before : before + n].unflatten(1, (slots, width)).flatten(0, 1).transpose(1, 2)
+
+    def others(t: Any) -> Any:  # [B, L - n, H, D]: the text before and after the grid
+        t = t.transpose(1, 2)
+        return torch.cat([t[:, :before], t[:, before + n :]], dim=1)
+
+    def with_text(t: Any) -> Any:  # [B*S, H, T+m, D]: the text beside each slot's run
+        text = others(t).unsqueeze(1).expand(batch, slots, rest, heads, dim)
+        cells = t.transpose(1, 2)[:, before : before + n].unflatten(1, (slots, width))
+        return torch.cat([text, cells], dim=2).flatten(0, 1).transpose(1, 2)
+
+    kg, vg = with_text(k), with_text(v)
+    out = func(grouped(q), kg, vg, **kwargs)  # [B*S, H, m, D]
+    out = out.transpose(1, 2).unflatten(0, (batch, slots)).flatten(1, 2).transpose(1, 2)  # [B, H, n, D]
+    if not rest:
+        return out
+    text = func(others(q).transpose(1, 2), kg[:batch], vg[:batch], **kwargs)  # [B, H, L - n, D]
+    return torch.cat([text[..., :before, :], out, text[..., before:, :]], dim=-2)
 
 
 def _intercept(self: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
@@ -156,6 +191,6 @@ if __name__ == "__main__":
         )
     elif job == "diagonal":
         diagonal(names)
-    else:  # estimate [slot|joint]
+    else:  # estimate [slot|joint|ordered]
         MODE["attention"] = sys.argv[3] if sys.argv[3:] else "slot"
         sys.exit(estimate.main(["--dit", "--arch", ",".join(names)]))
