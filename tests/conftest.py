@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import os
 import sys
@@ -42,8 +44,13 @@ def _einops_ops_as_the_webuis_get_them() -> None:
 
 _einops_ops_as_the_webuis_get_them()
 
-#: Whether this Python runs on glibc (whose `mallopt` the conftest sets below).
-GLIBC = "CS_GNU_LIBC_VERSION" in os.confstr_names and bool(os.confstr("CS_GNU_LIBC_VERSION"))
+#: The C library where this Python runs on glibc (its `mallopt` set below, its `malloc` in the test of what that
+#: setting does), else None.
+LIBC = (
+    ctypes.CDLL(ctypes.util.find_library("c"))
+    if "CS_GNU_LIBC_VERSION" in os.confstr_names and os.confstr("CS_GNU_LIBC_VERSION")
+    else None
+)
 
 
 def _keep_freed_memory_for_reuse() -> None:
@@ -53,12 +60,9 @@ def _keep_freed_memory_for_reuse() -> None:
     up to 2 GiB from the heap, no trimming), the next call reuses them: no faults. The price is memory: a worker
     keeps its peak, and the heap's holes raise it (the stand-in and GPU-budget modules in one process: 4.2 -> 5.5 GB,
     system time 47 -> 19 s), well inside CI's 24 GiB for two workers. Other C libraries: nothing to do."""
-    if not GLIBC:
+    if LIBC is None:
         return
-    import ctypes
-    import ctypes.util
-
-    mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    mallopt = LIBC.mallopt
     m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
     for param in (m_trim_threshold, m_mmap_threshold):
         if not mallopt(param, 2**31 - 1):

@@ -169,17 +169,16 @@ def test_what_the_imports_made_is_out_of_the_garbage_collectors_way() -> None:
     assert gc.get_freeze_count() > 100_000
 
 
-@pytest.mark.skipif(not conftest.GLIBC, reason="glibc only")
+@pytest.mark.skipif(conftest.LIBC is None, reason="glibc only")
 def test_freed_memory_is_reused_without_page_faults() -> None:
     """The conftest keeps what the tests free in the process (the stand-in's calls: 1.5 s of page faults each): a
     64 MiB block freed and asked for again comes back without fresh pages. glibc's own malloc, not a tensor: torch
     asks for 64-byte alignment, and whether the chunk a tensor freed fits the next one's request then depends on the
     heap's state (after some tests each fill took the next 64 MiB up)."""
     import ctypes
-    import ctypes.util
     import resource
 
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc = conftest.LIBC
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
