@@ -5,12 +5,14 @@ SD3, Lumina 2 and Z-Image models whose classes carry ComfyUI's module names and 
 from __future__ import annotations
 
 import logging
+import math
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from comfy_stub.dit import Flux
 from comfy_stub.model_management import InterruptProcessingException
 from comfy_stub.patcher import DIFFUSION_MODEL, OUTER_SAMPLE, ModelPatcher, copy_nested_dicts
@@ -23,6 +25,7 @@ from tome_comfy.inputs import advanced_widgets
 from tome_comfy.nodes import TOME_ADVANCED_NODE, TOME_NODE
 from tome_comfy.sampling import ATTENTION_OVERRIDE
 from tome_core import figures
+from tome_core.dit import AttentionHook
 from tome_core.merge import kv_index
 from tome_core.words import speed_words
 
@@ -184,24 +187,38 @@ def test_a_failed_sampling_leaves_nothing_patched_and_says_why(caplog: Any) -> N
 
 
 class ReduceSpy:
-    """Records what the adapter hands the core and what it gets back (`tome_core.reduce_attention`)."""
+    """Records every attention call the adapter hands the core and the keys, values and mask it reduced them to: those
+    of `tome_core.reduce_attention`, and of the core's own attention (`tome_core.reduced_attention`, Z-Image and
+    Lumina 2), as the block's hook reduced them ([B, H, L, D]: the sequence in dimension 2)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[torch.Tensor, int, Any]] = []
         self.masks: list[Any] = []  # the mask of each call, as handed over
         self.real = tome_core.reduce_attention
+        self.real_hook = AttentionHook.reduce
 
     def __call__(self, model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+        seen = len(self.calls)
         out = self.real(model, key, value, dim, mask)
+        if len(self.calls) == seen:  # no block's hook took it (recorded there)
+            self.record(key, dim, out, mask)
+        return out
+
+    def hook(self, hook: Any, state: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+        out = self.real_hook(hook, state, key, value, dim, mask)
+        self.record(key, dim % key.dim(), out, mask)
+        return out
+
+    def record(self, key: torch.Tensor, dim: int, out: Any, mask: Any) -> None:
         self.calls.append((key, dim, out))
         self.masks.append(mask)
-        return out
 
 
 @pytest.fixture
 def spy(monkeypatch: Any) -> ReduceSpy:
     found = ReduceSpy()
     monkeypatch.setattr(tome_core, "reduce_attention", found)
+    monkeypatch.setattr(AttentionHook, "reduce", lambda hook, *args: found.hook(hook, *args))
     return found
 
 
@@ -272,6 +289,36 @@ def test_captions_of_different_lengths_in_one_batch_keep_each_samples_caption_an
             ):
                 matches.append(slot)
         assert len(matches) == 1, matches  # one slot for the whole batch: cond and uncond alike
+
+
+@pytest.mark.parametrize("name", ["zimage", "lumina2"])
+def test_nextdit_queries_attend_to_the_kept_keys_and_their_own(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Z-Image and Lumina 2 in ComfyUI: the override hands the core ComfyUI's [B, H, L, D] tensors and additive mask,
+    and the core's attention (`tome_core.reduced_attention`) answers every query from its caption's keys, the kept
+    key of each cell and its own key: dense attention masked so, per sample (Lumina 2 batches captions of two
+    lengths)."""
+    seen: list[tuple[Any, ...]] = []
+    attend = AttentionHook.attend
+
+    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any) -> Any:
+        out = attend(hook, state, q, k, v, mask, scale)
+        seen.append((q, k, v, mask, out, state.draw, state.tokens))
+        return out
+
+    monkeypatch.setattr(AttentionHook, "attend", spy)
+    sample(tome_advanced(load_checkpoint(name), mode="kv", sx=2, sy=2), steps=2, **ARGS[name])
+    assert len(seen) == 2 * 2  # two main blocks a call, two calls
+    for q, k, v, mask, out, draw, tokens in seen:
+        length, n = int(k.shape[2]), math.prod(tokens.grid)
+        allowed = torch.zeros(q.shape[0], 1, length, length, dtype=torch.bool)
+        for i, shift in enumerate(tokens.shift or (0,) * q.shape[0]):
+            before = tokens.before + shift
+            allowed[i, :, :, kv_index(before, tokens.grid, length - before - n, 1, 2, 2, "cpu", int(draw))] = True
+        allowed |= torch.eye(length, dtype=torch.bool)
+        if mask is not None:
+            allowed &= (mask == 0).expand_as(allowed)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_chained_override_is_still_called_with_the_reduced_keys_and_put_back(spy: ReduceSpy) -> None:
@@ -511,6 +558,7 @@ def test_a_model_compiled_as_an_object_patch_is_reduced_in_the_module_it_runs(ca
         ("flux", "TorchCompileModel, then ToMe", False),
         ("flux", "ToMe, then TorchCompileModel", True),
         ("wan", "TorchCompileModel, then ToMe", True),
+        ("zimage", "ToMe, then TorchCompileModel", True),  # each query's own key: the core runs the attention
     ],
 )
 def test_under_torch_compile_model_in_either_order_the_dit_is_reduced_in_one_graph(

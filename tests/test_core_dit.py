@@ -20,9 +20,11 @@ from torch import fx, nn
 from torch.overrides import TorchFunctionMode
 
 import tome_core
-from tome_core.dit import draw_slot
+from tome_core.compat import attention_lse, plain_attention_lse
+from tome_core.dit import AttentionHook, draw_slot
 from tome_core.hooks import timestep_arg
 from tome_core.merge import kv_index, kv_table
+from tome_core.words import describe_config
 
 import dit_models
 from dit_models import TEXT, TINY, H, Tiny, W, run
@@ -35,8 +37,13 @@ def tiny(request: pytest.FixtureRequest) -> Tiny:
     return TINY[request.param]()
 
 
+#: The attention kernels: scaled_dot_product_attention, and the one the core calls itself where each query keeps its
+#: own key (Z-Image, Lumina 2: `tome_core.compat.attention_lse`, on the CPU).
+ATTENTION = (F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+
+
 class KeysSeen(TorchFunctionMode):
-    """Records the keys and masks every scaled_dot_product_attention call gets (after anything that changed them)."""
+    """Records the keys and masks every attention kernel call gets (after anything that changed them)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,11 +52,16 @@ class KeysSeen(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
+        if func in ATTENTION:
             key = args[1] if len(args) > 1 else kwargs["key"]
             self.keys.append(key.detach().clone())
             self.masks.append(kwargs.get("attn_mask", args[3] if len(args) > 3 else None))
         return func(*args, **kwargs)
+
+
+def attends(mask: torch.Tensor) -> torch.Tensor:
+    """A mask as booleans (True: attends), from booleans or the additive mask the core's own attention kernel gets."""
+    return mask if mask.dtype == torch.bool else mask == 0
 
 
 def keys_of(model: nn.Module, tiny: Tiny) -> list[torch.Tensor]:
@@ -185,6 +197,72 @@ def test_a_model_not_handled_is_named() -> None:
         tome_core.apply_patch(model, preset="balanced")
     assert "Flux.1" in str(caught.value) and "Wan" in str(caught.value)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize(("name", "captions"), [("zimage", None), ("lumina2", None), ("lumina2", (TEXT, 4))])
+def test_each_query_attends_to_the_kept_keys_and_its_own(
+    name: str, captions: tuple[int, ...] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Z-Image and Lumina 2 (`Family.own_key`): in a reduced block every query attends to the text's keys, the call's
+    kept key of each cell, and its own key, exactly dense attention masked so (per sample where captions differ in
+    length, their padding still masked); no other family does (their queries see the kept keys alone)."""
+    tiny = dit_models.lumina2(captions) if captions else TINY[name]()
+    model = tiny.build()
+    seen: list[tuple[torch.Tensor, ...]] = []
+    attend = AttentionHook.attend
+
+    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any) -> Any:
+        out = attend(hook, state, q, k, v, mask, scale)
+        seen.append((q, k, v, mask, out, state.draw))
+        return out
+
+    monkeypatch.setattr(AttentionHook, "attend", spy)
+    tome_core.apply_patch(model, sx=2, sy=2)
+    run(model, tiny)
+    stats = tome_core.stats(model)
+    assert stats is not None and stats.applied == stats.selected == len(seen) > 0, stats
+    n = math.prod(tiny.grid)
+    for q, k, v, mask, out, draw in seen:
+        length = int(k.shape[-2])
+        allowed = torch.zeros(q.shape[0], 1, length, length, dtype=torch.bool)
+        for sample, caption in enumerate(captions or (tiny.before,) * q.shape[0]):
+            index = kv_index(caption, tiny.grid, length - caption - n, 1, 2, 2, "cpu", int(draw))
+            allowed[sample, :, :, index] = True
+        allowed |= torch.eye(length, dtype=torch.bool)
+        if mask is not None:
+            allowed &= attends(mask).expand_as(allowed)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        rows = allowed.any(-1, keepdim=True)  # a padding query that attends to nothing masked is not compared
+        torch.testing.assert_close(out * rows, expected * rows, rtol=1e-5, atol=1e-5)
+    tome_core.remove_patch(model)
+    config = tome_core.get_preset("balanced").config(name)
+    assert "each query also attending to its own key" in describe_config(config, name)  # what users read
+    if name == "zimage":  # the others keep the kept keys' attention alone, and their words do not say it
+        assert "own key" not in describe_config(tome_core.get_preset("balanced").config("flux"), "flux")
+        flux = TINY["flux"]()
+        other = flux.build()
+        tome_core.apply_patch(other, sx=2, sy=2)
+        seen.clear()
+        run(other, flux)
+        assert not seen and tome_core.stats(other).applied > 0  # type: ignore[union-attr]
+        tome_core.remove_patch(other)
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "additive"])
+def test_attention_with_its_log_sum_exp_equals_scaled_dot_product_attention(mask: str | None) -> None:
+    """The attention the own key joins (`attention_lse`, the CPU's kernel, and the plain operations other devices
+    run): the output scaled_dot_product_attention gives, and the log-sum-exp of the scaled, masked scores."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=gen) for n in (10, 6, 6))
+    allowed = torch.rand(2, 1, 1, 6, generator=gen) > 0.3
+    allowed[..., 0] = True
+    given = {None: None, "bool": allowed, "additive": torch.zeros(allowed.shape).masked_fill(~allowed, -1e9)}[mask]
+    additive = None if mask is None else torch.zeros(allowed.shape).masked_fill(~allowed, -float("inf"))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=given, scale=0.3)
+    scores = q @ k.transpose(-1, -2) * 0.3 + (0 if additive is None else additive)
+    for out, lse in (attention_lse(q, k, v, given, 0.3), plain_attention_lse(q, k, v, additive, 0.3)):
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
 
 
 def test_host_interceptor_subsamples_what_the_host_hands_it() -> None:
@@ -332,8 +410,8 @@ def test_captions_of_different_lengths_keep_each_samples_caption_and_its_grid() 
         slot = int(draw_slot(timestep_arg((), tiny.inputs(0))))
         index = kv_index(caption, (1, H, W), length - caption - n, 1, 2, 2, "cpu", slot)
         assert torch.equal(reduced[sample], key[sample].index_select(-2, index))
-        assert torch.equal(reduced_mask[sample], mask[sample].index_select(-1, index))
-    assert not bool(reduced_mask[1, ..., -(TEXT - 4) :].any())  # the second sample's padding, still masked
+        assert torch.equal(attends(reduced_mask[sample]), mask[sample].index_select(-1, index))
+    assert not bool(attends(reduced_mask[1, ..., -(TEXT - 4) :]).any())  # the second sample's padding, still masked
     tome_core.remove_patch(model)
     assert torch.equal(run(model, tiny), base)
 

@@ -84,7 +84,11 @@ def test_compiles_come_before_every_timing_and_rows_are_interleaved(tmp_path: Pa
     assert (
         len(row["timings"]["eager"]["samples_ms"]) == job.rounds and row["busy_reliable"] and row["gpu_busy_ms"] == 5.0
     )
-    assert data["stopped"] is None and data["checks"] and "baselines in line" in data["checks"][0]
+    assert data["stopped"] is None and "baselines in line" in data["checks"][-1]
+    # first, the kernels each query's own key reads the log-sum-exp from, against the plain operations
+    assert [c.split(":")[0] for c in data["checks"][:2]] == [
+        f"own key's attention {w} a mask" for w in ("without", "with")
+    ]
     assert row["fields"]["sx"] == 8 and "blocks" in row["merged"]  # what ran, as calibrate rebuilds it
     md = gpu_job.tables(data)
     assert "| fastest | 5.00 (0%) | 1.00x |" in md and "1.11x" in md

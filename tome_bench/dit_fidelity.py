@@ -25,6 +25,8 @@ from torch import nn
 import tome_core
 from tome_bench.dit_standin import FAMILIES, VARIANTS, build, change, generate, one_call
 from tome_core import figures
+from tome_core.dit import DitState
+from tome_core.patch import STATE_ATTR, find_model
 
 
 @dataclass(frozen=True)
@@ -35,19 +37,23 @@ class Variant:
     fields: dict[str, Any] | None = None
     preset: str | None = None
     speedup: float | None = None  # the step-saving reference: the time the preset saves, as fewer steps
+    published: bool = False  # as published: each query without its own key (`Family.own_key`, Z-Image, Lumina 2)
 
     def apply(self, model: nn.Module) -> None:
         if self.preset is not None:
             tome_core.apply_patch(model, preset=self.preset)
         elif self.fields is not None:
             tome_core.apply_patch(model, **self.fields)
+        state = find_model(model).__dict__.get(STATE_ATTR)
+        if self.published and isinstance(state, DitState):
+            state.own_key = False
 
 
 def variants(family: str, size: tuple[int, int, int], speeds: dict[str, float] | None = None) -> list[Variant]:
     """The presets, the naive port, and per preset its step-saving reference at the preset's own speed-up at the
     family's size users run (`speeds`, else `tome_core.figures`: estimated on the full-size architecture)."""
     out = [Variant(p.name, preset=p.name) for p in tome_core.presets()]
-    out.append(Variant("naive port (kv 2x2, every block)", fields={"mode": "kv", "sx": 2, "sy": 2}))
+    out.append(Variant("naive port (kv 2x2, every block)", fields={"mode": "kv", "sx": 2, "sy": 2}, published=True))
     for preset in tome_core.presets():
         speed = (speeds or {}).get(preset.name)
         if speed is None:

@@ -42,6 +42,8 @@ _NO_KERNEL = frozenset({"set_", "resize_", "_local_scalar_dense_meta", "sym_size
 KIND: Mapping[str, str] = {
     **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm"), "matmul"),
     **{"convolution": "conv", "attention": "attention", "avg_pool2d": "pool"},
+    # The fused kernels that also return the log-sum-exp (tome_core.compat.attention_lse: each query's own key).
+    **dict.fromkeys(("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention"), "attention"),
     **{"native_group_norm": "group_norm", "native_layer_norm": "layer_norm", "sort": "sort", "topk": "sort"},
     **dict.fromkeys(("index_select", "gather", "index"), "gather"),
     **dict.fromkeys(("index_add", "scatter", "scatter_add", "scatter_reduce", "index_put", "index_copy"), "scatter"),

@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from tome_bench import archs, dit_archs, options
+from tome_core.compat import attention_lse, plain_attention_lse
 
 #: Above this spread a row is timed again, and then unreliable.
 SPREAD = 0.05
@@ -311,6 +312,7 @@ class Job:
             v.remove(model)
 
     def run(self) -> None:
+        self.check_own_key()
         self.build()
         for case in self.cases:
             if self.left() < self.reserve([case]):
@@ -412,6 +414,24 @@ class Job:
             for r in again:
                 state = "" if r.reliable else ": UNRELIABLE"
                 self.say(f"{case.name} {r.variant.name} {mode}: {r.median:.3f} ms, spread {r.spread or 0:.1%}{state}")
+
+    def check_own_key(self) -> None:
+        """Stop unless the attention kernels Z-Image's and Lumina 2's own key reads the log-sum-exp from
+        (`tome_core.compat.attention_lse`: on a GPU flash attention, or memory-efficient with a mask) agree on this
+        device with the plain operations, in its dtype, with and without a mask (nothing else on the CPU checks them)."""
+        gen = torch.Generator(device=self.device.device).manual_seed(0)
+        dtype, device = self.device.dtype, self.device.device
+        q, k, v = (torch.randn(2, 4, n, 64, generator=gen, device=device, dtype=dtype) for n in (300, 90, 90))
+        mask = torch.rand(2, 1, 1, 90, generator=gen, device=device) > 0.2
+        for masked in (None, mask):
+            out, lse = attention_lse(q, k, v, masked, 0.125)
+            additive = None if masked is None else torch.zeros(mask.shape, device=device).masked_fill(~mask, -1e30)
+            ref, ref_lse = plain_attention_lse(q.float(), k.float(), v.float(), additive, 0.125)
+            error = max(float((out.float() - ref).abs().max()), float((lse - ref_lse).abs().max()))
+            line = f"own key's attention {'with' if masked is not None else 'without'} a mask: off by {error:.2g}"
+            if error > 2e-2 and self.device.strict:
+                raise Stop(line + " from the plain operations (tome_core.compat.attention_lse)")
+            self.checks.append(line)
 
     def check(self, case: Case) -> None:
         """Stop when a baseline is out of line: CUDA graphs slower than eager, or compiled slower beyond the spread

@@ -15,7 +15,9 @@ So the wrapper tells the core that the host intercepts attention (`tome_core.set
 and puts an override in this sampling's own options (`AttentionOverride`) that asks the core for the subsampled
 keys/values (`tome_core.reduce_attention`) and passes the call on, to an override another node set before (a
 SageAttention patch) or to ComfyUI's function; in `finally` the other node's override is put back. Whatever kernel
-runs the attention, it gets the reduced keys. A diffusion model that is neither (HiDream, HunyuanVideo)
+runs the attention, it gets the reduced keys. Lumina 2 and Z-Image, whose queries keep their own key as well, are
+answered by the core's own attention (`tome_core.reduced_attention`: PyTorch's kernels, which return the log-sum-exp
+it needs) in the blocks ToMe reduces; their other attention calls go on as before. A diffusion model that is neither (HiDream, HunyuanVideo)
 runs unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
 
 Per sampling the wrapper also
@@ -42,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -553,7 +556,8 @@ class AttentionOverride:
     ComfyUI's attention function hands it every call (`override(func, q, k, v, heads, ..., transformer_options=...)`,
     `func` the function itself); in a block ToMe reduces the core subsamples the keys and values of the generated
     tokens (`tome_core.reduce_attention`, text and reference tokens whole), then the call goes on with them to the
-    override another node set before ours (`previous`, e.g. a SageAttention patch), else to `func`.
+    override another node set before ours (`previous`, e.g. a SageAttention patch), else to `func`. Where the core
+    answers the call itself (`tome_core.reduced_attention`: Lumina 2, Z-Image), neither runs for it.
 
     The sequence dimension follows ComfyUI's layouts: [B, H, L, D] with `skip_reshape` (Flux), else [B, L, H*D]
     (Wan). A mask whose last dimension runs over the keys is subsampled with them.
@@ -579,6 +583,9 @@ class AttentionOverride:
         else:
             mask = kwargs.get("mask")
         dim = 2 if kwargs.get("skip_reshape") else 1
+        out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, mask, given, kwargs)
+        if out is not None:
+            return out
         reduced = tome_core.reduce_attention(self.model, key, value, dim, mask)
         if reduced is not None:
             key, value, mask = reduced
@@ -594,6 +601,27 @@ class AttentionOverride:
         if self.previous is not None:
             return self.previous(func, *args, **kwargs)
         return func(*args, **kwargs)
+
+    def own_key_attention(
+        self, query: Any, key: Any, value: Any, mask: Any, given: dict[str, Any], kwargs: dict[str, Any]
+    ) -> torch.Tensor | None:
+        """The core's attention with each query's own key (`tome_core.reduced_attention`: Z-Image, Lumina 2) in
+        ComfyUI's layouts and mask shapes, else None. It runs PyTorch's attention kernels itself (they return the
+        log-sum-exp it needs), in place of the function or override the call was going to."""
+        if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
+            return None
+        if not kwargs.get("skip_reshape"):
+            heads = given.get("heads", kwargs.get("heads"))
+            if not isinstance(heads, int) or query.dim() != 3:
+                return None
+            query, key, value = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (query, key, value))
+        if isinstance(mask, torch.Tensor) and mask.dim() < 4:  # as ComfyUI's attention functions broadcast it
+            mask = mask.unsqueeze(0) if mask.dim() == 2 else mask
+            mask = mask.unsqueeze(1)
+        out = tome_core.reduced_attention(self.model, query, key, value, mask)
+        if out is None or kwargs.get("skip_output_reshape"):
+            return out
+        return out.transpose(1, 2).flatten(2)
 
 
 class _DitRun(_Run):

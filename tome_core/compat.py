@@ -74,3 +74,52 @@ def static_sizes(x: torch.Tensor) -> Callable[[], None] | None:
                 delattr(x, name)
 
     return unmark
+
+
+def attention_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, H, L, D], log-sum-exp [B, H, L] float32) of softmax attention over `key`/`value` ([B, H, K, D]),
+    `mask` (bool: True attends, or added to the scores) broadcast to [B, H, L, K].
+
+    scaled_dot_product_attention does not return the log-sum-exp; its kernels write it beside the output (to run a
+    backward pass), so they are called here as it calls them: the CPU's flash kernel; on a GPU (and the estimate's
+    meta device) flash attention for 16-bit tensors without a mask, else the memory-efficient kernel (padding the
+    mask as it does); anything else, or a torch without them, in plain operations."""
+    aten = torch.ops.aten
+    length = query.shape[-2]
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, -float("inf"))
+    elif mask is not None and mask.dtype != query.dtype:
+        mask = mask.to(query.dtype)  # the kernels add it in the queries' precision
+    device = query.device.type
+    if device == "cpu" and hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, 0.0, False, attn_mask=mask, scale=scale
+        )
+        return out, lse
+    if device in ("cuda", "meta"):
+        half = query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] % 8 == 0 and query.shape[-1] <= 256
+        if mask is None and half:
+            found = aten._scaled_dot_product_flash_attention(query, key, value, 0.0, False, False, scale=scale)
+            return found[0], found[1]
+        if mask is not None:
+            # The memory-efficient kernel reads the mask with a stride aligned to 16 elements.
+            keys = mask.shape[-1]
+            if keys % 16:
+                mask = torch.nn.functional.pad(mask, (0, 16 - keys % 16))[..., :keys]
+            mask = mask.expand(query.shape[0], query.shape[1], length, keys)
+        found = aten._scaled_dot_product_efficient_attention(query, key, value, mask, True, 0.0, False, scale=scale)
+        return found[0], found[1][..., :length]
+    return plain_attention_lse(query, key, value, mask, scale)
+
+
+def plain_attention_lse(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attention_lse` in plain operations (an additive `mask`): any device, the scores held whole."""
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * scale  # [B, H, L, K]
+    if mask is not None:
+        scores = scores + mask
+    lse = torch.logsumexp(scores, dim=-1)  # [B, H, L]
+    return torch.matmul(torch.exp(scores - lse.unsqueeze(-1)).to(value.dtype), value), lse

@@ -32,9 +32,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import eager, is_compiling, static_sizes
+from tome_core.compat import attention_lse, eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
-from tome_core.families import BlockIO, Layout, Tokens
+from tome_core.families import BlockIO, Layout, Tokens, family
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_table, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
@@ -58,6 +58,7 @@ class DitState:
     table: BlockTable
     layout: Layout
     interceptor: str = "sdpa"
+    own_key: bool = False  # each query's own key joins the kept ones (`Family.own_key`)
     handles: list[RemovableHandle] = field(default_factory=list)
     hooks: list[AttentionHook | MergeHook] = field(default_factory=list)
     pipeline: Callable[[], Any] | None = None
@@ -115,7 +116,8 @@ def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callab
     if not blocks:
         raise TypeError(f"{type(model).__name__} has no transformer blocks where {layout.host}'s layout expects them")
     table = plan_dit(config, len(blocks))
-    state = DitState(config=config, table=table, layout=layout, pipeline=pipeline)
+    own_key = config.mode == "kv" and family(layout.family).own_key
+    state = DitState(config=config, table=table, layout=layout, pipeline=pipeline, own_key=own_key)
     state.handles.append(model.register_forward_pre_hook(eager(_pre_hook(state)), with_kwargs=True))
     state.handles.append(model.register_forward_hook(eager(_post_hook(state))))
     window = [plan.index for plan in table.blocks if plan.kind == "whole"]
@@ -270,6 +272,49 @@ class AttentionHook(Hook):
         self.applied = True
         return _take(key, index, dim), _take(value, index, dim), mask
 
+    def attend(
+        self,
+        state: DitState,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: Any,
+        scale: float | None,
+    ) -> torch.Tensor | None:
+        """Self-attention [B, H, L, D] of `query` over the kept keys/values (`reduce`) and each query's own key and
+        value (`Family.own_key`), from [B, H, L, D] tensors; None where this is not the layout's joint sequence.
+
+        Kept keys stand for a cell with one of its tokens, the same for every query, so without this three queries
+        in four of a 2x2 cell lose their own token, the largest share of their attention on these models
+        (docs/dit.md). The kept keys' attention returns its log-sum-exp, and the own key joins it exactly:
+        out = lerp(v_own, out_kept, sigmoid(lse_kept - s_own)); a query whose own token is kept gets the kept
+        keys' output as it is. Six elementwise kernels beside the attention (seven with a mask), no gather."""
+        tokens = state.tokens
+        reduced = self.reduce(state, key, value, -2, mask)
+        if reduced is None or tokens is None:
+            return None
+        after = tokens.after_in(int(key.shape[-2]))
+        assert after is not None  # reduce checked it
+        scale = scale if scale is not None else 1.0 / float(query.shape[-1]) ** 0.5
+        out, lse = attention_lse(query, reduced[0], reduced[1], reduced[2], scale)  # [B, H, L, D], [B, H, L]
+        bias = _own_bias(state, tokens, after, self.plan, query)  # [L] or [B, 1, L]
+        share = torch.add(bias, (query * key).sum(-1), alpha=-scale).add_(lse)  # [B, H, L]: logit of the kept keys'
+        own_mask = _diagonal(mask, int(key.shape[-2]))  # a query whose own key the host masks gets none of it
+        if own_mask is not None:
+            share = share.sub_(own_mask)
+        return torch.lerp(value, out, share.sigmoid_().unsqueeze(-1))
+
+
+def _diagonal(mask: Any, length: int) -> torch.Tensor | None:
+    """What an attention mask adds to each query's score of its own key, [B, H or 1, L] (0 or minus a large number;
+    from a boolean mask, True: attends), or None without a mask over these `length` keys."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or int(mask.shape[-1]) != length:
+        return None
+    own = mask[..., 0, :] if int(mask.shape[-2]) == 1 else torch.diagonal(mask, dim1=-2, dim2=-1)  # [..., L]
+    if own.dtype == torch.bool:
+        return torch.zeros(own.shape, device=own.device).masked_fill(~own, -float("inf"))
+    return own
+
 
 def _take(x: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
     """`x` at `index` along `dim`: index [K] for every sample, or [B, K] per sample (x's batch first; a mask of
@@ -309,6 +354,40 @@ def _row(table: torch.Tensor, draw: torch.Tensor | None) -> torch.Tensor:
     return table.index_select(0, slot.view(1)).squeeze(0)
 
 
+def _own_bias(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
+    """[L], or [B, 1, L] per sample, in `like`'s dtype: +inf where a query's own token is among this call's kept
+    keys (its kept keys' output stands), 0 where its own key joins them; built as `_index`'s table is."""
+    if is_compiling():
+        return _row(_bias_table(tokens, after, plan, like), state.draw)
+    key = (
+        "own",
+        tokens.before,
+        tokens.grid,
+        after,
+        tokens.shift,
+        plan.st,
+        plan.sy,
+        plan.sx,
+        str(like.device),
+        like.dtype,
+    )
+    row = state.rows.get(key)
+    if row is None:
+        table = state.indices.get(key)
+        if table is None:
+            table = state.indices[key] = _bias_table(tokens, after, plan, like)
+        row = state.rows[key] = _row(table, state.draw)
+    return row
+
+
+def _bias_table(tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
+    kept = _kept(tokens, after, plan, like.device)  # [S, K] or [S, B, K]
+    length = tokens.before + tokens.generated + after
+    table = torch.zeros((*kept.shape[:-1], length), dtype=like.dtype, device=like.device)
+    table = table.scatter(-1, kept, float("inf"))  # [S, L] or [S, B, L]
+    return table.unsqueeze(-2) if table.dim() == 3 else table
+
+
 def _kept(tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
     cells = (plan.st, plan.sy, plan.sx)
     if not tokens.shift:
@@ -338,12 +417,49 @@ class _SdpaKeys(TorchFunctionMode):
             return func(*args, **kwargs)
         given = dict(zip(_SDPA_NAMES, args))
         given.update({name: kwargs.pop(name) for name in _SDPA_NAMES if name in kwargs})
+        if self.state.own_key and _own_key_fits(given, kwargs):
+            out = self.hook.attend(
+                self.state, given["query"], given["key"], given["value"], given.get("attn_mask"), kwargs.get("scale")
+            )
+            if out is not None:
+                return out
         if isinstance(given.get("key"), torch.Tensor) and isinstance(given.get("value"), torch.Tensor):
             reduced = self.hook.reduce(self.state, given["key"], given["value"], -2, given.get("attn_mask"))
             if reduced is not None:
                 given["key"], given["value"], given["attn_mask"] = reduced
         positional = [given.pop(name) for name in _SDPA_NAMES[: len(args)] if name in given]
         return func(*positional, **given, **kwargs)
+
+
+def _own_key_fits(given: dict[str, Any], kwargs: dict[str, Any]) -> bool:
+    """Whether a scaled_dot_product_attention call is a plain self-attention of [B, H, L, D] tensors (each query has
+    its own key): no dropout, no causal mask, as many key heads as query heads."""
+    q, k, v = given.get("query"), given.get("key"), given.get("value")
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return False
+    if kwargs.get("dropout_p") or kwargs.get("is_causal") or kwargs.get("enable_gqa"):
+        return False
+    return q.shape == k.shape and k.shape[:-1] == v.shape[:-1]
+
+
+def attend(
+    model: nn.Module,
+    attr: str,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: Any = None,
+    scale: float | None = None,
+) -> torch.Tensor | None:
+    """For a host's own attention interceptor: the attention output [B, H, L, D] from [B, H, L, D] tensors while a
+    block ToMe reduces runs on a family whose queries keep their own key (`Family.own_key`), else None (reduce the
+    keys/values with `reduce` and run the host's attention)."""
+    state = getattr(model, attr, None)
+    if not isinstance(state, DitState) or state.running is None or not state.own_key:
+        return None
+    if not _own_key_fits({"query": query, "key": key, "value": value}, {}):
+        return None
+    return state.running.attend(state, query, key, value, mask, scale)
 
 
 def reduce(model: nn.Module, attr: str, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:

@@ -45,6 +45,7 @@ from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import TomeConfig
 from tome_core.dit import INTERCEPTORS, DitState
 from tome_core.dit import apply as apply_dit
+from tome_core.dit import attend as attend_dit
 from tome_core.dit import check_config as check_dit_config
 from tome_core.dit import reduce as reduce_dit
 from tome_core.dit import remove as remove_dit
@@ -494,6 +495,20 @@ def reduce_attention(model: Any, key: torch.Tensor, value: torch.Tensor, dim: in
     tokens' keys/values subsampled along the sequence dimension `dim` while a block ToMe reduces runs, else None
     (run the attention unchanged). `model` is the diffusion transformer module itself (not looked up per call)."""
     return reduce_dit(model, STATE_ATTR, key, value, dim, mask)
+
+
+def reduced_attention(
+    model: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: Any = None,
+    scale: float | None = None,
+) -> torch.Tensor | None:
+    """For a host's attention override on a patched diffusion transformer whose queries keep their own key (Z-Image,
+    Lumina 2): the attention output [B, H, L, D] from [B, H, L, D] tensors (the mask broadcast to [B, H, L, L])
+    while a block ToMe reduces runs, else None: then `reduce_attention` and the host's own attention. Call it first."""
+    return attend_dit(model, STATE_ATTR, query, key, value, mask, scale)
 
 
 def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:

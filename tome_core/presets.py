@@ -114,19 +114,19 @@ _PORT, _STEPS = "keys/values 2×2 in every block", "dropping steps for the same 
 _FIDELITY_DIT = (
     "{model} built to attend like a trained one (tome_bench.dit_standin: the real architecture, fewer blocks and"
     " channels), {size}: one call at sigma 0.5 from a natural-spectrum start; a whole generation: 12 flow-matching"
-    " Euler steps from white noise (2026-11-28)"
+    " Euler steps from white noise ({date})"
 )
-#: Each diffusion transformer measured on a stand-in (tome_bench.dit_standin): the model and size it ran at.
-_DIT_STANDINS: Mapping[str, tuple[str, str]] = _frozen(
+#: Each diffusion transformer measured on a stand-in (tome_bench.dit_standin): the model and size it ran at, and when.
+_DIT_STANDINS: Mapping[str, tuple[str, str, str]] = _frozen(
     {
-        "flux": ("a Flux.1", "384 px"),
-        "chroma": ("a Chroma", "384 px"),
-        "flux2": ("a Flux.2", "384 px"),
-        "qwen": ("a Qwen-Image", "384 px"),
-        "zimage": ("a Z-Image", "384 px"),
-        "lumina2": ("a Lumina 2", "384 px"),
-        "sd3": ("an SD3.5", "384 px"),
-        "wan": ("a Wan 2.1", "17 frames at 320×192 px"),
+        "flux": ("a Flux.1", "384 px", "2026-11-28"),
+        "chroma": ("a Chroma", "384 px", "2026-11-28"),
+        "flux2": ("a Flux.2", "384 px", "2026-11-28"),
+        "qwen": ("a Qwen-Image", "384 px", "2026-11-28"),
+        "zimage": ("a Z-Image", "384 px", "2026-11-29"),
+        "lumina2": ("a Lumina 2", "384 px", "2026-11-29"),
+        "sd3": ("an SD3.5", "384 px", "2026-11-28"),
+        "wan": ("a Wan 2.1", "17 frames at 320×192 px", "2026-11-28"),
     }
 )
 
@@ -142,7 +142,8 @@ def _fidelity(
         "sdxl": Fidelity(reference, sdxl[0], _FIDELITY_SDXL, sdxl[1]),
     }
     for family, (held_to, *figures) in dits.items():
-        setting = _FIDELITY_DIT.format(model=_DIT_STANDINS[family][0], size=_DIT_STANDINS[family][1])
+        model, size, date = _DIT_STANDINS[family]
+        setting = _FIDELITY_DIT.format(model=model, size=size, date=date)
         call, generation = (None, *figures) if held_to == _STEPS else figures
         held[family] = Fidelity(held_to, call, setting, generation)
     return _frozen(held)
@@ -166,6 +167,19 @@ _LATER_QUALITY = {"chroma": _kv_from(0.5), "qwen": _kv_from(0.7), "sd3": _kv_fro
 _LATER_BALANCED = {"chroma": _kv_from(0.35), "qwen": _kv_from(0.55), "sd3": _kv_from(0.45)}
 
 
+#: Z-Image's and Lumina 2's (NextDiT: each query attends to its own key beside the kept ones, `Family.own_key`): from
+#: Quality to Fastest keys/values 2x2 from 0.2 of the depth, then 3x3, 4x4 and 8x8 cells in every block. With its own
+#: key a query keeps most of what subsampling took from it; each changes a stand-in's generation a quarter to a half
+#: as much as dropping one step of twelve, at 1.08-1.15x (Z-Image) and 1.06-1.13x (Lumina 2) at 1024 px
+#: (docs/runs/2026-11-29-dit-own-key).
+_NEXTDIT = ("zimage", "lumina2")
+
+
+def _nextdit(cells: int, block_start: float = 0.0) -> dict[str, Mapping[str, Any]]:
+    fields = {"mode": "kv", "sx": cells, "sy": cells, **({"block_start": block_start} if block_start else {})}
+    return {name: _frozen(fields) for name in _NEXTDIT}
+
+
 #: Flux.1's Fastest: the last blocks (the single-stream blocks from three quarters of the depth) run on merged generated
 #: tokens, one per 2x2 cell, each token merged into the most similar destination of its band; keys/values subsampled
 #: 2x2 in the other blocks. Keys/values alone cannot reach it: attention is ~22% of a Flux.1-dev call at 1024 px.
@@ -178,9 +192,9 @@ _FLUX_FASTEST = {"mode": "merge", "ratio": 0.75, "sx": 2, "sy": 2, "block_start"
 # Flux.1's Fastest also merges the queries of its last blocks (`_FLUX_FASTEST`). Which token of each cell is kept
 # changes from step to step (tome_core.dit.draw_slot), so a generation averages the subsampling's error out. Flux.2's
 # stand-in changes more than dropping steps at every setting that saves a step's worth at 1024 px (Quality's, 1.08x,
-# already 1.5x the reference): its presets stay the common ones and their figures say so. Z-Image's and Lumina 2's
-# save less than a step's worth in twelve at 1024 px with any later start (Z-Image's Balanced, from 0.2, 1.10x, changes
-# a generation 1.15x as much as dropping one step; Lumina 2's, 1.09x, saves less than one step): theirs stay common too.
+# already 1.5x the reference): its presets stay the common ones and their figures say so. Z-Image and Lumina 2 give
+# each query its own key beside the kept ones, and run larger cells in every block for it (`_nextdit`): with the common
+# presets and no own key, Balanced changed Z-Image's generation 1.15x as much as dropping one step.
 _PRESETS: tuple[Preset, ...] = (
     Preset(
         "quality",
@@ -193,6 +207,7 @@ _PRESETS: tuple[Preset, ...] = (
                 "sdxl": _frozen({"mode": "kv", "min_downsample": 2, "max_downsample": 2}),
                 **_dits(sx=2, sy=2, block_start=0.35),
                 **_LATER_QUALITY,
+                **_nextdit(2, block_start=0.2),
             }
         ),
         fidelity=_fidelity(
@@ -203,8 +218,8 @@ _PRESETS: tuple[Preset, ...] = (
             chroma=(_PORT, 0.34, 0.38),
             flux2=(_PORT, 0.55, 0.56),
             qwen=(_PORT, 0.44, 0.45),
-            zimage=(_PORT, 0.77, 0.76),
-            lumina2=(_PORT, 0.76, 0.73),
+            zimage=(_PORT, 0.20, 0.14),
+            lumina2=(_PORT, 0.23, 0.19),
             sd3=(_PORT, 0.51, 0.50),
             wan=(_PORT, 0.65, 0.74),
         ),
@@ -220,6 +235,7 @@ _PRESETS: tuple[Preset, ...] = (
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.3}),
                 **_dits(sx=2, sy=2, block_start=0.2, video={"block_start": 0.15}),
                 **_LATER_BALANCED,
+                **_nextdit(3),
             }
         ),
         fidelity=_fidelity(
@@ -230,8 +246,8 @@ _PRESETS: tuple[Preset, ...] = (
             chroma=(_STEPS, 0.90),
             flux2=(_STEPS, 1.72),
             qwen=(_STEPS, 0.92),
-            zimage=(_STEPS, 1.15),
-            lumina2=(_PORT, 0.88, 0.85),  # it saves less than one step's worth in twelve: the naive port instead
+            zimage=(_STEPS, 0.26),
+            lumina2=(_STEPS, 0.46),
             sd3=(_STEPS, 0.89),
             wan=(_STEPS, 0.54),
         ),
@@ -246,6 +262,7 @@ _PRESETS: tuple[Preset, ...] = (
                 "sd": _frozen({**_SD_DEEP, "ratio": 0.55, "sx": 4, "sy": 4}),
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.5}),
                 **_dits(sx=4, sy=4, block_start=0.25, video={"sx": 2, "sy": 2, "st": 2, "block_start": 0.15}),
+                **_nextdit(4),
             }
         ),
         fidelity=_fidelity(
@@ -256,8 +273,8 @@ _PRESETS: tuple[Preset, ...] = (
             chroma=(_STEPS, 2.28),
             flux2=(_STEPS, 2.50),
             qwen=(_STEPS, 1.84),
-            zimage=(_STEPS, 1.64),
-            lumina2=(_STEPS, 2.16),
+            zimage=(_STEPS, 0.27),
+            lumina2=(_STEPS, 0.48),
             sd3=(_STEPS, 1.77),
             wan=(_STEPS, 0.46),
         ),
@@ -273,6 +290,7 @@ _PRESETS: tuple[Preset, ...] = (
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.7}),
                 **_dits(sx=4, sy=4, video={"st": 2}),
                 "flux": _frozen(_FLUX_FASTEST),
+                **_nextdit(8),
             }
         ),
         fidelity=_fidelity(
@@ -283,8 +301,8 @@ _PRESETS: tuple[Preset, ...] = (
             chroma=(_STEPS, 1.33),
             flux2=(_STEPS, 3.80),
             qwen=(_STEPS, 2.26),
-            zimage=(_STEPS, 1.86),
-            lumina2=(_STEPS, 2.57),
+            zimage=(_STEPS, 0.29),
+            lumina2=(_STEPS, 0.51),
             sd3=(_STEPS, 2.11),
             wan=(_STEPS, 0.86),
         ),
