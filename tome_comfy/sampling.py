@@ -714,7 +714,10 @@ def dit_kinds(stats: TomeStats) -> str:
     """ "keys/values subsampled in 51", or with merged blocks "generated tokens merged in 20 and keys/values
     subsampled in 31": the core's own per-kind block counts."""
     counts = dict(stats.modules)
-    parts = [f"{DIT_KIND_WORDS[kind]} in {counts[kind]}" for kind in ("attn1", "kv") if counts.get(kind)]
+    words = dict(DIT_KIND_WORDS)
+    if counts.get("own") == counts.get("kv"):
+        words["kv"] += " (each query's own key kept)"
+    parts = [f"{words[kind]} in {counts[kind]}" for kind in ("attn1", "kv") if counts.get(kind)]
     return " and ".join(parts) or f"keys/values subsampled in {stats.applied}"
 
 

@@ -212,7 +212,8 @@ class AttentionHook(Hook):
 
     Its flags, as `TomeStats` counts them: `called` (the module ran), `planned` (in a call inside the step window
     whose tokens the layout read), `reached` (the attention kernel was intercepted), `applied` (keys/values were
-    subsampled), `grid_miss` (an intercepted sequence did not hold the layout's tokens)."""
+    subsampled), `grid_miss` (an intercepted sequence did not hold the layout's tokens), `own_key` (each query's own key
+    joined them: `attend`)."""
 
     def __init__(self, model: nn.Module, module: nn.Module, plan: BlockPlan, attr: str) -> None:
         super().__init__(module)
@@ -223,7 +224,7 @@ class AttentionHook(Hook):
 
     def reset(self) -> None:
         # Flags the hook sets and never reads (a compiled graph replays each store after its run).
-        self.called = self.planned = self.reached = self.applied = self.grid_miss = False
+        self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
 
     def state(self) -> DitState | None:
         state = getattr(self.model, self.attr, None)
@@ -298,6 +299,7 @@ class AttentionHook(Hook):
         scale = scale if scale is not None else 1.0 / float(query.shape[-1]) ** 0.5
         out, lse = attention_lse(query, reduced[0], reduced[1], reduced[2], scale)  # [B, H, L, D], [B, H, L]
         bias = _own_bias(state, tokens, after, self.plan, query)  # [L] or [B, 1, L]
+        self.own_key = True
         share = torch.add(bias, (query * key).sum(-1), alpha=-scale).add_(lse)  # [B, H, L]: logit of the kept keys'
         own_mask = _diagonal(mask, int(key.shape[-2]))  # a query whose own key the host masks gets none of it
         if own_mask is not None:
@@ -334,14 +336,20 @@ def _index(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, device:
     (`Tokens.shift`): the call's slot (`draw_slot`) of the table of every slot (`kv_table`), which is built once per
     layout and device eagerly, its row once per call; a compiled graph builds its own table (a constant to the
     compiler: a tensor read from the patch's state would be a graph input)."""
-    if is_compiling():
-        return _row(_kept(tokens, after, plan, device), state.draw)
     key = (tokens.before, tokens.grid, after, tokens.shift, plan.st, plan.sy, plan.sx, str(device))
+    return _call_row(state, key, lambda: _kept(tokens, after, plan, device))
+
+
+def _call_row(state: DitState, key: tuple[Any, ...], build: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """This call's row (`_row`) of the table `build` makes: eagerly the table once per `key` and the row once per
+    call; a compiled graph builds both itself."""
+    if is_compiling():
+        return _row(build(), state.draw)
     row = state.rows.get(key)
     if row is None:
         table = state.indices.get(key)
         if table is None:
-            table = state.indices[key] = _kept(tokens, after, plan, device)
+            table = state.indices[key] = build()
         row = state.rows[key] = _row(table, state.draw)
     return row
 
@@ -357,27 +365,9 @@ def _row(table: torch.Tensor, draw: torch.Tensor | None) -> torch.Tensor:
 def _own_bias(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
     """[L], or [B, 1, L] per sample, in `like`'s dtype: +inf where a query's own token is among this call's kept
     keys (its kept keys' output stands), 0 where its own key joins them; built as `_index`'s table is."""
-    if is_compiling():
-        return _row(_bias_table(tokens, after, plan, like), state.draw)
-    key = (
-        "own",
-        tokens.before,
-        tokens.grid,
-        after,
-        tokens.shift,
-        plan.st,
-        plan.sy,
-        plan.sx,
-        str(like.device),
-        like.dtype,
-    )
-    row = state.rows.get(key)
-    if row is None:
-        table = state.indices.get(key)
-        if table is None:
-            table = state.indices[key] = _bias_table(tokens, after, plan, like)
-        row = state.rows[key] = _row(table, state.draw)
-    return row
+    cells = (tokens.before, tokens.grid, after, tokens.shift, plan.st, plan.sy, plan.sx)
+    key = ("own", *cells, str(like.device), like.dtype)
+    return _call_row(state, key, lambda: _bias_table(tokens, after, plan, like))
 
 
 def _bias_table(tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
@@ -543,7 +533,7 @@ class MergeHook(Hook):
         self.reset()
 
     def reset(self) -> None:
-        self.called = self.planned = self.reached = self.applied = self.grid_miss = False
+        self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         state = None if self.passthrough else getattr(self.model, self.attr, None)

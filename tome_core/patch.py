@@ -155,7 +155,7 @@ class TomeStats:
     extension may replace the attention and skip the module). `applied`: blocks that really merged tokens (or
     pooled keys/values), and `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values
     in n blocks, ("attn1", n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on
-    merged tokens. `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
+    merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them. `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
     `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
     their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
     in it.
@@ -437,6 +437,7 @@ def _dit_stats(state: DitState) -> TomeStats:
     applied = sum(1 for h in hooks if h.applied)
     pooled = sum(1 for h in hooks if h.applied and h.plan.kind == "kv")
     merged = applied - pooled
+    own = sum(1 for h in hooks if h.applied and getattr(h, "own_key", False))
     return TomeStats(
         mode=state.config.mode,
         total=len(state.table.blocks),
@@ -450,7 +451,9 @@ def _dit_stats(state: DitState) -> TomeStats:
         grid_misses=sum(1 for h in hooks if h.grid_miss),
         levels=state.table.levels,
         block_levels=state.table.block_levels,
-        modules=tuple((name, count) for name, count in (("kv", pooled), ("attn1", merged), ("ff", merged)) if count),
+        modules=tuple(
+            (name, count) for name, count in (("kv", pooled), ("own", own), ("attn1", merged), ("ff", merged)) if count
+        ),
     )
 
 
