@@ -407,7 +407,7 @@ class _SdpaKeys(TorchFunctionMode):
             return func(*args, **kwargs)
         given = dict(zip(_SDPA_NAMES, args))
         given.update({name: kwargs.pop(name) for name in _SDPA_NAMES if name in kwargs})
-        if self.state.own_key and _own_key_fits(given, kwargs):
+        if self.state.own_key and len(args) <= len(_SDPA_NAMES) and _own_key_fits(given, kwargs):
             out = self.hook.attend(
                 self.state, given["query"], given["key"], given["value"], given.get("attn_mask"), kwargs.get("scale")
             )
