@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 import tome_core
 from tome_bench import dit_archs, dit_fidelity, dit_standin
+from tome_core.families import DIT_FAMILIES
 
 #: The config keys of each family's block counts.
 _BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
@@ -131,6 +132,18 @@ def test_the_estimate_traces_a_dit_call_and_each_preset_saves_work() -> None:
     rows = dit_archs.estimate_rows(dit_archs.DIT_ARCHS["flux-tiny"], ["balanced", "fastest"])
     assert [r.variant for r in rows] == ["balanced", "fastest"]
     assert all(r.flops < r.base_flops for r in rows)
+
+
+@pytest.mark.parametrize("family", [f.name for f in DIT_FAMILIES if f.own_key])
+def test_where_each_query_keeps_its_own_key_the_presets_stay_within_the_launching_budget(family: str) -> None:
+    """Z-Image and Lumina 2 (`Family.own_key`: six more kernels in each reduced block) on their full-size configs at
+    1024 px, H200 estimate: every preset adds at most 10% kernel-launching operations, and each saves more GPU work
+    than the one before."""
+    arch = dit_archs.DIT_ARCHS[dit_archs.TABLE_ARCH[family]]
+    rows = dit_archs.estimate_rows(arch, [p.name for p in tome_core.presets()], sizes=[(1024, 1024, 1)])
+    assert all(r.ops_added <= 0.10 for r in rows), [(r.variant, f"{r.ops_added:+.1%}") for r in rows]
+    speedups = [r.speedup for r in rows]
+    assert speedups[0] > 1 and speedups == sorted(set(speedups)), speedups
 
 
 @pytest.mark.parametrize("name", sorted(dit_archs.TABLE_ARCH.values()))

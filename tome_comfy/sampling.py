@@ -583,7 +583,7 @@ class AttentionOverride:
         else:
             mask = kwargs.get("mask")
         dim = 2 if kwargs.get("skip_reshape") else 1
-        out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, mask, given, kwargs)
+        out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, mask, kwargs)
         if out is not None:
             return out
         reduced = tome_core.reduce_attention(self.model, key, value, dim, mask)
@@ -603,18 +603,14 @@ class AttentionOverride:
         return func(*args, **kwargs)
 
     def own_key_attention(
-        self, query: Any, key: Any, value: Any, mask: Any, given: dict[str, Any], kwargs: dict[str, Any]
+        self, query: Any, key: Any, value: Any, mask: Any, kwargs: dict[str, Any]
     ) -> torch.Tensor | None:
-        """The core's attention with each query's own key (`tome_core.reduced_attention`: Z-Image, Lumina 2) in
-        ComfyUI's layouts and mask shapes, else None. It runs PyTorch's attention kernels itself (they return the
-        log-sum-exp it needs), in place of the function or override the call was going to."""
-        if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
+        """The core's attention with each query's own key (`tome_core.reduced_attention`: Z-Image, Lumina 2) from
+        ComfyUI's [B, H, L, D] tensors (`skip_reshape`, as NextDiT calls it) and its mask shapes, else None. It runs
+        PyTorch's attention kernels itself (they return the log-sum-exp it needs), in place of the function or
+        override the call was going to."""
+        if not kwargs.get("skip_reshape") or not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
             return None
-        if not kwargs.get("skip_reshape"):
-            heads = given.get("heads", kwargs.get("heads"))
-            if not isinstance(heads, int) or query.dim() != 3:
-                return None
-            query, key, value = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (query, key, value))
         if isinstance(mask, torch.Tensor) and mask.dim() < 4:  # as ComfyUI's attention functions broadcast it
             mask = mask.unsqueeze(0) if mask.dim() == 2 else mask
             mask = mask.unsqueeze(1)
