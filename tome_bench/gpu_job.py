@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from tome_bench import archs, dit_archs, options
-from tome_core.compat import attention_lse, plain_attention_lse
+from tome_core.compat import additive, attention_lse, plain_attention_lse
 
 #: Above this spread a row is timed again, and then unreliable.
 SPREAD = 0.05
@@ -425,8 +425,8 @@ class Job:
         mask = torch.rand(2, 1, 1, 90, generator=gen, device=device) > 0.2
         for masked in (None, mask):
             out, lse = attention_lse(q, k, v, masked, 0.125)
-            additive = None if masked is None else torch.zeros(mask.shape, device=device).masked_fill(~mask, -1e30)
-            ref, ref_lse = plain_attention_lse(q.float(), k.float(), v.float(), additive, 0.125)
+            scores_mask = None if masked is None else additive(masked, torch.float32)
+            ref, ref_lse = plain_attention_lse(q.float(), k.float(), v.float(), scores_mask, 0.125)
             error = max(float((out.float() - ref).abs().max()), float((lse - ref_lse).abs().max()))
             line = f"own key's attention {'with' if masked is not None else 'without'} a mask: off by {error:.2g}"
             if error > 2e-2 and self.device.strict:

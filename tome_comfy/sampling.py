@@ -711,7 +711,7 @@ def dit_kinds(stats: TomeStats) -> str:
     subsampled in 31": the core's own per-kind block counts."""
     counts = dict(stats.modules)
     words = dict(DIT_KIND_WORDS)
-    if counts.get("own") == counts.get("kv"):
+    if counts.get("own") and counts["own"] == counts.get("kv"):
         words["kv"] += " (each query's own key kept)"
     parts = [f"{words[kind]} in {counts[kind]}" for kind in ("attn1", "kv") if counts.get(kind)]
     return " and ".join(parts) or f"keys/values subsampled in {stats.applied}"

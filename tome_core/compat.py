@@ -88,10 +88,7 @@ def attention_lse(
     mask as it does); anything else, or a torch without them, in plain operations."""
     aten = torch.ops.aten
     length = query.shape[-2]
-    if mask is not None and mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(~mask, -float("inf"))
-    elif mask is not None and mask.dtype != query.dtype:
-        mask = mask.to(query.dtype)  # the kernels add it in the queries' precision
+    mask = None if mask is None else additive(mask, query.dtype)  # the kernels add it in the queries' precision
     device = query.device.type
     if device == "cpu" and hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
@@ -112,6 +109,13 @@ def attention_lse(
         found = aten._scaled_dot_product_efficient_attention(query, key, value, mask, True, 0.0, False, scale=scale)
         return found[0], found[1][..., :length]
     return plain_attention_lse(query, key, value, mask, scale)
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An attention mask as what it adds to the scores, in `dtype`: from booleans (True: attends) 0 or -inf."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -float("inf"))
+    return mask if mask.dtype == dtype else mask.to(dtype)
 
 
 def plain_attention_lse(

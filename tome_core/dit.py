@@ -32,7 +32,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import attention_lse, eager, is_compiling, static_sizes
+from tome_core.compat import additive, attention_lse, eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens, family
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
@@ -116,7 +116,7 @@ def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callab
     if not blocks:
         raise TypeError(f"{type(model).__name__} has no transformer blocks where {layout.host}'s layout expects them")
     table = plan_dit(config, len(blocks))
-    own_key = config.mode == "kv" and family(layout.family).own_key
+    own_key = family(layout.family).keeps_own_key(config.mode)
     state = DitState(config=config, table=table, layout=layout, pipeline=pipeline, own_key=own_key)
     state.handles.append(model.register_forward_pre_hook(eager(_pre_hook(state)), with_kwargs=True))
     state.handles.append(model.register_forward_hook(eager(_post_hook(state))))
@@ -313,9 +313,7 @@ def _diagonal(mask: Any, length: int) -> torch.Tensor | None:
     if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or int(mask.shape[-1]) != length:
         return None
     own = mask[..., 0, :] if int(mask.shape[-2]) == 1 else torch.diagonal(mask, dim1=-2, dim2=-1)  # [..., L]
-    if own.dtype == torch.bool:
-        return torch.zeros(own.shape, device=own.device).masked_fill(~own, -float("inf"))
-    return own
+    return additive(own, torch.float32) if own.dtype == torch.bool else own  # a float mask subtracts as it is
 
 
 def _take(x: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:

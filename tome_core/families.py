@@ -76,6 +76,10 @@ class Family:
     #: launching-ops budget (docs/runs/2026-11-29-dit-own-key).
     own_key: bool = False
 
+    def keeps_own_key(self, mode: str) -> bool:
+        """Whether a patch in TomeConfig.mode `mode` gives each query its own key (keys/values subsampled, "kv")."""
+        return self.own_key and mode == "kv"
+
 
 #: The DiT families, in the order the UIs list them.
 DIT_FAMILIES: tuple[Family, ...] = (

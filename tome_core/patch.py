@@ -43,7 +43,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import TomeConfig
-from tome_core.dit import INTERCEPTORS, DitState
+from tome_core.dit import INTERCEPTORS, AttentionHook, DitState
 from tome_core.dit import apply as apply_dit
 from tome_core.dit import attend as attend_dit
 from tome_core.dit import check_config as check_dit_config
@@ -155,7 +155,8 @@ class TomeStats:
     extension may replace the attention and skip the module). `applied`: blocks that really merged tokens (or
     pooled keys/values), and `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values
     in n blocks, ("attn1", n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on
-    merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them. `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
+    merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them.
+    `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
     `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
     their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
     in it.
@@ -437,7 +438,7 @@ def _dit_stats(state: DitState) -> TomeStats:
     applied = sum(1 for h in hooks if h.applied)
     pooled = sum(1 for h in hooks if h.applied and h.plan.kind == "kv")
     merged = applied - pooled
-    own = sum(1 for h in hooks if h.applied and getattr(h, "own_key", False))
+    own = sum(1 for h in hooks if h.applied and isinstance(h, AttentionHook) and h.own_key)
     return TomeStats(
         mode=state.config.mode,
         total=len(state.table.blocks),

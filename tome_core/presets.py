@@ -176,8 +176,7 @@ _NEXTDIT = ("zimage", "lumina2")
 
 
 def _nextdit(cells: int, block_start: float = 0.0) -> dict[str, Mapping[str, Any]]:
-    fields = {"mode": "kv", "sx": cells, "sy": cells, **({"block_start": block_start} if block_start else {})}
-    return {name: _frozen(fields) for name in _NEXTDIT}
+    return {name: _frozen({"mode": "kv", "sx": cells, "sy": cells, "block_start": block_start}) for name in _NEXTDIT}
 
 
 #: Flux.1's Fastest: the last blocks (the single-stream blocks from three quarters of the depth) run on merged generated

@@ -107,7 +107,7 @@ def _dit_words(config: TomeConfig, family: str) -> str:
         parts.append(f"{merged} run on merged generated tokens, one per {config.sx}\u00d7{config.sy} cell")
     if pooled:
         parts.append(f"keys/values of the generated tokens subsampled over {cells} in {pooled}")
-        if config.mode == "kv" and family_of(family).own_key:
+        if family_of(family).keeps_own_key(config.mode):
             parts.append("each query also attending to its own key")
     if not parts:
         return "no reduction"
