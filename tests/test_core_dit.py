@@ -37,8 +37,8 @@ def tiny(request: pytest.FixtureRequest) -> Tiny:
     return TINY[request.param]()
 
 
-#: The attention kernels: scaled_dot_product_attention, and the one the core calls itself where each query keeps its
-#: own key (Z-Image, Lumina 2: `tome_core.compat.attention_lse`, on the CPU).
+#: The attention kernels: scaled_dot_product_attention, and the one the core calls itself in a reduced block, where
+#: each query keeps its own key (`tome_core.compat.attention_lse`, on the CPU).
 ATTENTION = (F.scaled_dot_product_attention, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
 
 
@@ -79,8 +79,7 @@ def test_apply_reduces_every_selected_block_and_remove_is_bitwise(tiny: Tiny) ->
     stats = tome_core.stats(model)
     assert stats is not None and stats.selected == stats.total > 0
     assert stats.applied == stats.selected and stats.grid_misses == 0, stats
-    own = (("own", stats.selected),) if tiny.family in ("zimage", "lumina2") else ()  # each query's own key too
-    assert stats.modules == (("kv", stats.selected), *own)
+    assert stats.modules == (("kv", stats.selected), ("own", stats.selected))  # each query's own key too
     assert not torch.equal(out, base)
     tome_core.remove_patch(model)
     assert not tome_core.is_patched(model)
@@ -200,13 +199,14 @@ def test_a_model_not_handled_is_named() -> None:
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
-@pytest.mark.parametrize(("name", "captions"), [("zimage", None), ("lumina2", None), ("lumina2", (TEXT, 4))])
+@pytest.mark.parametrize(("name", "captions"), [*((name, None) for name in NAMES), ("lumina2", (TEXT, 4))])
 def test_each_query_attends_to_the_kept_keys_and_its_own(
     name: str, captions: tuple[int, ...] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Z-Image and Lumina 2 (`Family.own_key`): in a reduced block every query attends to the text's keys, the call's
-    kept key of each cell, and its own key, exactly dense attention masked so (per sample where captions differ in
-    length, their padding still masked); no other family does (their queries see the kept keys alone)."""
+    """Every family: in a reduced block every query attends to the text's and reference keys, the call's kept key of
+    each cell, and its own key, exactly dense attention masked so (per sample where captions differ in length, their
+    padding still masked), the kept keys weighing as the 4 tokens of their cell (+log 4 on their logits) beside the
+    own key's one; the words users read say so."""
     tiny = dit_models.lumina2(captions) if captions else TINY[name]()
     model = tiny.build()
     seen: list[tuple[torch.Tensor, ...]] = []
@@ -225,28 +225,20 @@ def test_each_query_attends_to_the_kept_keys_and_its_own(
     n = math.prod(tiny.grid)
     for q, k, v, mask, out, draw in seen:
         length = int(k.shape[-2])
-        allowed = torch.zeros(q.shape[0], 1, length, length, dtype=torch.bool)
+        kept = torch.zeros(q.shape[0], 1, length, length, dtype=torch.bool)
         for sample, caption in enumerate(captions or (tiny.before,) * q.shape[0]):
             index = kv_index(caption, tiny.grid, length - caption - n, 1, 2, 2, "cpu", int(draw))
-            allowed[sample, :, :, index] = True
-        allowed |= torch.eye(length, dtype=torch.bool)
+            kept[sample, :, :, index] = True
+        bias = torch.where(kept, math.log(4), -math.inf)  # [B, 1, L, L]: what each key adds to a query's logit
+        bias = torch.where(torch.eye(length, dtype=torch.bool) & ~kept, 0.0, bias)  # the own key counts once
         if mask is not None:
-            allowed &= attends(mask).expand_as(allowed)
-        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        rows = allowed.any(-1, keepdim=True)  # a padding query that attends to nothing masked is not compared
+            bias = bias.masked_fill(~attends(mask).expand_as(bias), -math.inf)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        rows = (bias > -math.inf).any(-1, keepdim=True)  # a padding query that attends to nothing is not compared
         torch.testing.assert_close(out * rows, expected * rows, rtol=1e-5, atol=1e-5)
     tome_core.remove_patch(model)
-    config = tome_core.get_preset("balanced").config(name)
-    assert "each query also attending to its own key" in describe_config(config, name)  # what users read
-    if name == "zimage":  # the others keep the kept keys' attention alone, and their words do not say it
-        assert "own key" not in describe_config(tome_core.get_preset("balanced").config("flux"), "flux")
-        flux = TINY["flux"]()
-        other = flux.build()
-        tome_core.apply_patch(other, sx=2, sy=2)
-        seen.clear()
-        run(other, flux)
-        assert not seen and tome_core.stats(other).applied > 0  # type: ignore[union-attr]
-        tome_core.remove_patch(other)
+    config = tome_core.get_preset("balanced").config(tiny.family)
+    assert "each query also attending to its own key" in describe_config(config, tiny.family)  # what users read
 
 
 @pytest.mark.parametrize("mask", [None, "bool", "additive"])
@@ -325,7 +317,12 @@ def test_merged_blocks_keep_text_and_references_and_carry_their_destinations_pos
     merged.remove()
     stats = tome_core.stats(model)
     assert stats is not None and stats.applied == stats.selected == stats.total
-    assert dict(stats.modules) == {"kv": 2, "attn1": 2, "ff": 2}  # 2 double (pooled), 2 single blocks (merged)
+    assert dict(stats.modules) == {
+        "kv": 2,
+        "own": 2,
+        "attn1": 2,
+        "ff": 2,
+    }  # 2 double (pooled, own key), 2 single (merged)
     _, h, w = tiny.grid
     cells = (h // 2) * (w // 2)
     for before, after in zip(plain.calls, merged.calls):

@@ -14,14 +14,9 @@ import tome_core
 from tome_core.families import DIT_FAMILIES
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
-#: The panel runs the figures come from (the kept token of each cell drawn per step, blocks as strong in every family;
-#: Z-Image's and Lumina 2's last, with each query's own key and their own presets: a later run's rows replace).
-PANELS = (
-    "2026-11-28-dit-fidelity-blocks",
-    "2026-11-28-dit-fidelity-nextdit",
-    "2026-11-29-dit-own-key/panel-zimage",
-    "2026-11-29-dit-own-key/panel-lumina2",
-)
+#: The panel runs the figures come from (the kept token of each cell drawn per step, blocks as strong in every family,
+#: each query's own key beside the kept keys weighing as their cells; a later run's rows replace).
+PANELS = tuple(f"2026-11-29-dit-proportional/panel-{f.name}" for f in DIT_FAMILIES)
 #: The naive port's name in the words users read.
 PORT = "keys/values 2×2 in every block"
 
@@ -59,11 +54,10 @@ def test_each_figure_is_the_panels(family: str) -> None:
     assert len({h.setting for h in held.values()}) == 1
 
 
-#: The families whose Balanced changes a generation more than dropping steps for the same time on their stand-ins, at
-#: every setting that saves a step's worth at 1024 px (docs/dit.md): Flux.2; its figures say so.
-OVER_THE_STEPS = ("flux2",)
-#: Balanced saves less than one step's worth in twelve at 1024 px: held to the naive port (none since Z-Image's and
-#: Lumina 2's own presets).
+#: The families whose Balanced changes a generation more than dropping steps for the same time on their stand-ins:
+#: none since each query keeps its own key (Flux.2 was, 1.72x: docs/dit.md).
+OVER_THE_STEPS: tuple[str, ...] = ()
+#: Balanced saves less than one step's worth in twelve at 1024 px: held to the naive port instead (none).
 NO_STEP_REFERENCE: tuple[str, ...] = ()
 
 

@@ -14,10 +14,11 @@ import itertools
 from typing import Any
 
 import pytest
+import torch
 
 import tome_core
 from tome_bench.fidelity import references
-from tome_bench.gpu_estimate import EstimateRow, estimate_rows, meta_unet, trace_call
+from tome_bench.gpu_estimate import EstimateRow, estimate_rows, meta_unet, trace, trace_call
 
 #: One worker traces each architecture and size once for every test here (seconds per SDXL call).
 pytestmark = pytest.mark.xdist_group("gpu_budget")
@@ -62,6 +63,26 @@ def test_the_trace_counts_what_a_gpu_launches() -> None:
     assert names["addmm"] + names["mm"] == 184
     assert not {"view", "empty", "transpose", "_safe_softmax", "dropout"} & set(names)
     assert tr.kernels > tr.launching  # a convolution's bias is a kernel of its own, dispatched with it
+
+
+def test_the_trace_s_peak_memory_is_what_the_call_s_own_tensors_held_at_once() -> None:
+    """`Trace.peak_bytes`: each tensor an operation allocates counts while a tensor holds its storage; a view or an
+    in-place result is no new memory, and the inputs (weights) are not counted."""
+    x = torch.empty(1000, device="meta")  # 4000 bytes, made before the trace: not counted
+
+    def call() -> torch.Tensor:
+        a = x * 2  # 4000
+        b = a + 1  # 8000 held
+        b.add_(1)  # in place: nothing new
+        view = b.view(10, 100)  # a view: nothing new
+        del a  # 4000 held
+        c = torch.cat([view, view])  # 4000 + 8000: the peak
+        del view, b
+        return c[:5]  # a view of c
+
+    tr, out = trace(call)
+    assert tr.peak_bytes == 12000
+    assert out.untyped_storage().nbytes() == 8000
 
 
 # ---------------------------------------------------------------------------------------------- the GPU ladder

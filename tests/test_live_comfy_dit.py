@@ -74,8 +74,9 @@ MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] 
 
 #: Tokens each prompt's attention mask keeps (0: no mask), positive and negative.
 KEPT = {"lumina2": (8, 5)}
-#: What the log adds where each query also attends to its own key (`tome_core.families.Family.own_key`), in regex.
-OWN = {"lumina2": r" \(each query's own key kept\)"}
+#: What the log adds where each query also attends to its own key (ComfyUI's PyTorch attention, no other override:
+#: `tome_comfy.sampling.TORCH_ATTENTION`), in regex.
+OWN = r" \(each query's own key kept\)"
 
 
 def graph_for(family: str, steps: int = 2, seed: int = 1, size: int | None = None) -> dict[str, Any]:
@@ -213,7 +214,7 @@ def test_each_preset_changes_the_latent_and_logs_what_ran(family: str, reference
     if LOG:
         line = next(line for line in log_after(mark).splitlines() if f"{head()} ({preset} for {family})" in line)
         assert re.search(
-            rf": keys/values subsampled{OWN.get(family, '')} in \d+ of \d+ blocks, text and reference tokens whole; ",
+            rf": keys/values subsampled{OWN} in \d+ of \d+ blocks, text and reference tokens whole; ",
             line,
         )
     graph = graph_for(family)  # the next prompt without the node
@@ -228,7 +229,7 @@ def test_custom_settings_run_and_unet_only_values_are_refused_naming_the_field(f
     assert run(graph)["c"] != reference
     if LOG:  # from half the depth on: the second half of the checkpoint's blocks (two or four, `BLOCKS`)
         blocks = BLOCKS.get(family, 2)
-        kv = f"keys/values subsampled{OWN.get(family, '')}"
+        kv = f"keys/values subsampled{OWN}"
         assert re.search(
             rf"{re.escape(head())} \(custom settings\): {kv} in {blocks // 2} of {blocks} blocks", log_after(mark)
         )

@@ -425,6 +425,8 @@ def estimate_rows(
                     found.kernels,
                     found.flops,
                     base.flops,
+                    found.peak_bytes,
+                    base.peak_bytes,
                 )
             )
     return out

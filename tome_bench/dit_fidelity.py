@@ -37,7 +37,7 @@ class Variant:
     fields: dict[str, Any] | None = None
     preset: str | None = None
     speedup: float | None = None  # the step-saving reference: the time the preset saves, as fewer steps
-    published: bool = False  # as published: each query without its own key (`Family.own_key`, Z-Image, Lumina 2)
+    published: bool = False  # as published: each query without its own key (`tome_core.dit.DitState.own_key`)
 
     def apply(self, model: nn.Module) -> None:
         if self.preset is not None:

@@ -295,7 +295,8 @@ def dit_estimate(write: bool, gpu: str = "h200", families: Sequence[str] = ()) -
     from tome_bench import dit_archs
 
     spec, rows, sources = GPUS[gpu], [], {}
-    print("| family | size | batch | preset | less GPU time | launching ops added |\n|---|---|---:|---|---:|---:|")
+    head = "| family | size | batch | preset | less GPU time | launching ops added | peak memory (the call's tensors) |"
+    print(head + "\n|---|---|---:|---|---:|---:|---:|")
     for family, name in dit_archs.TABLE_ARCH.items():
         if families and family not in families:
             continue
@@ -306,7 +307,10 @@ def dit_estimate(write: bool, gpu: str = "h200", families: Sequence[str] = ()) -
         for size in arch.sizes:
             for r in dit_archs.estimate_rows(arch, options.preset_names(), gpu, [size]):
                 size_text = f"{size[0]}x{size[1]}" + (f"x{size[2]}" if size[2] > 1 else "")
-                print(f"| {family} | {size_text} | {arch.batch} | {r.variant} | {r.speedup:.3f} | {r.ops_added:+.1%} |")
+                peak = f"{r.peak_ratio:.3f}x ({r.peak_bytes / 2**30:.2f} GiB)"
+                print(
+                    f"| {family} | {size_text} | {arch.batch} | {r.variant} | {r.speedup:.3f} | {r.ops_added:+.1%} | {peak} |"
+                )
                 row = {"family": family, "preset": r.variant, "width": size[0], "height": size[1], "frames": size[2]}
                 rows.append(row | {"speedup": round(r.speedup, 3), "source": key})
     if write:

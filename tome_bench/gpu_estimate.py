@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
@@ -69,9 +70,25 @@ class TracedOp:
 
 @dataclass
 class Trace:
-    """The operations of one traced call, in order."""
+    """The operations of one traced call, in order, and the most memory its outputs held at once (`peak_bytes`:
+    every tensor an operation of the call allocated, while alive; the weights and inputs not counted)."""
 
     ops: list[TracedOp] = field(default_factory=list)
+    peak_bytes: float = 0.0
+    live: dict[int, tuple[StorageWeakRef, float]] = field(default_factory=dict, repr=False)  # storage -> bytes
+
+    def allocated(self, out: Any, inputs: Iterable[Any]) -> None:
+        """Count `out`'s storages that are new (not an input's: a view or an in-place result is not), after
+        letting go of those no tensor holds any more."""
+        for key, (ref, _) in list(self.live.items()):
+            if ref.expired():
+                del self.live[key]
+        held = {StorageWeakRef(t.untyped_storage()).cdata for t in _tensors(list(inputs))}
+        for t in _tensors([out]):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref.cdata not in held and ref.cdata not in self.live:
+                self.live[ref.cdata] = (ref, float(t.untyped_storage().nbytes()))
+        self.peak_bytes = max(self.peak_bytes, sum(n for _, n in self.live.values()))
 
     @property
     def launching(self) -> int:
@@ -199,6 +216,7 @@ class _Record(TorchDispatchMode):
             out = func(*args, **kwargs)
         if self.muted:
             return out
+        self.trace.allocated(out, [*args, *kwargs.values()])
         name = op_name(func)
         if name in VIEW_OPS or name in _MORE_VIEWS or name in ALLOC_OPS or name in _NO_KERNEL:
             return out
@@ -249,6 +267,7 @@ class _FusedAttention(TorchFunctionMode):
         finally:
             self.record.muted -= 1
         if not self.record.muted:
+            self.record.trace.allocated(out, args)
             flops = float(sdpa_flop_count(q.shape, k.shape, v.shape))
             moved = sum(_nbytes(t) for t in (q, k, v, out))
             self.record.trace.ops.append(TracedOp("attention", "attention", flops, moved))
@@ -323,13 +342,14 @@ class Estimate:
     launching: int
     flops: float
     by_kind: Mapping[str, float]
+    peak_bytes: float = 0.0
 
 
 def estimate(tr: Trace, gpu: GpuSpec) -> Estimate:
     by_kind: Counter[str] = Counter()
     for op in tr.ops:
         by_kind[op.kind] += gpu.op_ms(op)
-    return Estimate(sum(by_kind.values()), tr.kernels, tr.launching, tr.flops, dict(by_kind))
+    return Estimate(sum(by_kind.values()), tr.kernels, tr.launching, tr.flops, dict(by_kind), tr.peak_bytes)
 
 
 #: The GPUs the estimate knows, each fitted to the kernel profiles named in its `source`
@@ -376,6 +396,13 @@ class EstimateRow:
     kernels: int
     flops: float
     base_flops: float
+    peak_bytes: float = 0.0  # the most memory the call's own tensors held at once (`Trace.peak_bytes`)
+    base_peak_bytes: float = 0.0
+
+    @property
+    def peak_ratio(self) -> float:
+        """Peak memory of the call's tensors over the unpatched call's (estimated from the meta trace)."""
+        return self.peak_bytes / self.base_peak_bytes if self.base_peak_bytes else 1.0
 
     @property
     def speedup(self) -> float:
@@ -455,5 +482,5 @@ def estimate_rows(
             for name, tr in traces.items():
                 e = estimate(tr, gpu)
                 figures = (e.gpu_ms, eb.gpu_ms, e.launching, eb.launching, e.kernels, e.flops, eb.flops)
-                rows.append(EstimateRow(arch, size, name, gpu_name, *figures))
+                rows.append(EstimateRow(arch, size, name, gpu_name, *figures, e.peak_bytes, eb.peak_bytes))
     return rows

@@ -416,7 +416,7 @@ class Job:
                 self.say(f"{case.name} {r.variant.name} {mode}: {r.median:.3f} ms, spread {r.spread or 0:.1%}{state}")
 
     def check_own_key(self) -> None:
-        """Stop unless the attention kernels Z-Image's and Lumina 2's own key reads the log-sum-exp from
+        """Stop unless the attention kernels each query's own key reads the log-sum-exp from
         (`tome_core.compat.attention_lse`: on a GPU flash attention, or memory-efficient with a mask) agree on this
         device with the plain operations, in its dtype, with and without a mask (nothing else on the CPU checks them)."""
         gen = torch.Generator(device=self.device.device).manual_seed(0)

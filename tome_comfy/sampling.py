@@ -15,9 +15,9 @@ So the wrapper tells the core that the host intercepts attention (`tome_core.set
 and puts an override in this sampling's own options (`AttentionOverride`) that asks the core for the subsampled
 keys/values (`tome_core.reduce_attention`) and passes the call on, to an override another node set before (a
 SageAttention patch) or to ComfyUI's function; in `finally` the other node's override is put back. Whatever kernel
-runs the attention, it gets the reduced keys. Lumina 2 and Z-Image, whose queries keep their own key as well, are
-answered by the core's own attention (`tome_core.reduced_attention`: PyTorch's kernels, which return the log-sum-exp
-it needs) in the blocks ToMe reduces; their other attention calls go on as before. A diffusion model that is neither (HiDream, HunyuanVideo)
+runs the attention, it gets the reduced keys. In the blocks ToMe reduces, every query also keeps its own key: the
+core answers those self-attention calls itself (`tome_core.reduced_attention`: PyTorch's kernels, which return the
+log-sum-exp it needs, in place of that override); the other attention calls go on as before. A diffusion model that is neither (HiDream, HunyuanVideo)
 runs unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
 
 Per sampling the wrapper also
@@ -551,16 +551,24 @@ class _UNetRun(_Run):
         super().stop()
 
 
+#: ComfyUI's attention functions whose work the core's own attention can take over (PyTorch's kernels or plain
+#: operations). Under SageAttention, xformers or flash-attn (`--use-sage-attention`, ...), or another node's override,
+#: those run with the reduced keys/values instead, and queries do not keep their own key (the log says which ran).
+TORCH_ATTENTION = frozenset({"attention_pytorch", "attention_basic", "attention_split", "attention_sub_quad"})
+
+
 class AttentionOverride:
     """The attention override ToMe puts in a sampling's `transformer_options` while a diffusion transformer samples:
     ComfyUI's attention function hands it every call (`override(func, q, k, v, heads, ..., transformer_options=...)`,
     `func` the function itself); in a block ToMe reduces the core subsamples the keys and values of the generated
     tokens (`tome_core.reduce_attention`, text and reference tokens whole), then the call goes on with them to the
     override another node set before ours (`previous`, e.g. a SageAttention patch), else to `func`. Where the core
-    answers the call itself (`tome_core.reduced_attention`: Lumina 2, Z-Image), neither runs for it.
+    answers the call itself (`tome_core.reduced_attention`: each query's own key joins the kept ones, in every
+    self-attention it reduces, where ComfyUI's function is one of PyTorch's and no other override is set:
+    `TORCH_ATTENTION`), neither runs for it: PyTorch's kernels return the log-sum-exp that needs.
 
-    The sequence dimension follows ComfyUI's layouts: [B, H, L, D] with `skip_reshape` (Flux), else [B, L, H*D]
-    (Wan). A mask whose last dimension runs over the keys is subsampled with them.
+    The sequence dimension follows ComfyUI's layouts: [B, H, L, D] with `skip_reshape` (Flux, NextDiT), else
+    [B, L, H*D] (Wan, Qwen-Image, SD3.5). A mask whose last dimension runs over the keys is subsampled with them.
     """
 
     NAMES = ("q", "k", "v", "heads", "mask")
@@ -583,9 +591,11 @@ class AttentionOverride:
         else:
             mask = kwargs.get("mask")
         dim = 2 if kwargs.get("skip_reshape") else 1
-        out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, mask, kwargs)
-        if out is not None:
-            return out
+        if self.previous is None and getattr(func, "__name__", None) in TORCH_ATTENTION:
+            heads = given.get("heads", kwargs.get("heads"))
+            out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, heads, mask, kwargs)
+            if out is not None:
+                return out
         reduced = tome_core.reduce_attention(self.model, key, value, dim, mask)
         if reduced is not None:
             key, value, mask = reduced
@@ -603,14 +613,25 @@ class AttentionOverride:
         return func(*args, **kwargs)
 
     def own_key_attention(
-        self, query: Any, key: Any, value: Any, mask: Any, kwargs: dict[str, Any]
+        self, query: Any, key: Any, value: Any, heads: Any, mask: Any, kwargs: dict[str, Any]
     ) -> torch.Tensor | None:
-        """The core's attention with each query's own key (`tome_core.reduced_attention`: Z-Image, Lumina 2) from
-        ComfyUI's [B, H, L, D] tensors (`skip_reshape`, as NextDiT calls it) and its mask shapes, else None. It runs
-        PyTorch's attention kernels itself (they return the log-sum-exp it needs), in place of the function or
-        override the call was going to."""
-        if not kwargs.get("skip_reshape") or not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
+        """The core's attention with each query's own key (`tome_core.reduced_attention`) from ComfyUI's tensors,
+        [B, H, L, D] with `skip_reshape` (Flux, NextDiT) or [B, L, H*D] (Wan, Qwen-Image, SD3.5; SD3.5's values
+        [B, L, H, D]), and its mask
+        shapes, else None. It runs PyTorch's attention kernels itself (they return the log-sum-exp it needs), in
+        place of the function or override the call was going to; the output in the layout the call asked for."""
+        if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
             return None
+        if not kwargs.get("skip_reshape"):
+            # [B, L, H*D], or [B, L, H, D] (SD3.5's values: `mmdit.split_qkv`), viewed as ComfyUI's functions view them
+            if query.dim() != 3 or not isinstance(heads, int) or heads <= 0 or query.shape[-1] % heads:
+                return None
+            if key.shape != query.shape or value.shape[:2] != query.shape[:2] or value.dim() not in (3, 4):
+                return None
+            if value.shape[2] % heads if value.dim() == 3 else value.shape[2] != heads:
+                return None
+            query, key = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (query, key))
+            value = (value if value.dim() == 4 else value.unflatten(-1, (heads, -1))).transpose(1, 2)
         if isinstance(mask, torch.Tensor) and mask.dim() < 4:  # as ComfyUI's attention functions broadcast it
             mask = mask.unsqueeze(0) if mask.dim() == 2 else mask
             mask = mask.unsqueeze(1)

@@ -22,6 +22,7 @@ a compiled graph reads comes through the model (an `nn.Module`), so it stays a c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tome_core.compat import additive, attention_lse, eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
-from tome_core.families import BlockIO, Layout, Tokens, family
+from tome_core.families import BlockIO, Layout, Tokens
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_table, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
@@ -58,7 +59,9 @@ class DitState:
     table: BlockTable
     layout: Layout
     interceptor: str = "sdpa"
-    own_key: bool = False  # each query's own key joins the kept ones (`Family.own_key`)
+    #: Each query's own key joins the kept ones in the blocks that subsample keys/values (`AttentionHook.attend`);
+    #: off only for the lab's naive port, run as published.
+    own_key: bool = True
     handles: list[RemovableHandle] = field(default_factory=list)
     hooks: list[AttentionHook | MergeHook] = field(default_factory=list)
     pipeline: Callable[[], Any] | None = None
@@ -116,8 +119,7 @@ def apply(model: nn.Module, layout: Layout, config: TomeConfig, pipeline: Callab
     if not blocks:
         raise TypeError(f"{type(model).__name__} has no transformer blocks where {layout.host}'s layout expects them")
     table = plan_dit(config, len(blocks))
-    own_key = family(layout.family).keeps_own_key(config.mode)
-    state = DitState(config=config, table=table, layout=layout, pipeline=pipeline, own_key=own_key)
+    state = DitState(config=config, table=table, layout=layout, pipeline=pipeline)
     state.handles.append(model.register_forward_pre_hook(eager(_pre_hook(state)), with_kwargs=True))
     state.handles.append(model.register_forward_hook(eager(_post_hook(state))))
     window = [plan.index for plan in table.blocks if plan.kind == "whole"]
@@ -282,14 +284,17 @@ class AttentionHook(Hook):
         mask: Any,
         scale: float | None,
     ) -> torch.Tensor | None:
-        """Self-attention [B, H, L, D] of `query` over the kept keys/values (`reduce`) and each query's own key and
-        value (`Family.own_key`), from [B, H, L, D] tensors; None where this is not the layout's joint sequence.
+        """Self-attention [B, H, L, D] of `query` over the kept keys/values (`reduce`), each standing for its cell,
+        and each query's own key and value, from [B, H, L, D] tensors; None where this is not the layout's joint
+        sequence.
 
         Kept keys stand for a cell with one of its tokens, the same for every query, so without this three queries
         in four of a 2x2 cell lose their own token, the largest share of their attention on these models
-        (docs/dit.md). The kept keys' attention returns its log-sum-exp, and the own key joins it exactly:
-        out = lerp(v_own, out_kept, sigmoid(lse_kept - s_own)); a query whose own token is kept gets the kept
-        keys' output as it is. Six elementwise kernels beside the attention (seven with a mask), no gather."""
+        (docs/dit.md). The kept keys' attention returns its log-sum-exp, and the own key joins it:
+        out = lerp(v_own, out_kept, sigmoid(lse_kept + log(cell) - s_own)). The kept keys weigh as the cells they
+        stand for (ToMe's proportional attention): counted once, they would leave a query's own key outweighing
+        the rest (0.79 for a 0.48 share at 2x2). A query whose own token is kept gets the kept keys' output as it
+        is. Five elementwise kernels beside the attention (six with a mask), no gather."""
         tokens = state.tokens
         reduced = self.reduce(state, key, value, -2, mask)
         if reduced is None or tokens is None:
@@ -298,13 +303,15 @@ class AttentionHook(Hook):
         assert after is not None  # reduce checked it
         scale = scale if scale is not None else 1.0 / float(query.shape[-1]) ** 0.5
         out, lse = attention_lse(query, reduced[0], reduced[1], reduced[2], scale)  # [B, H, L, D], [B, H, L]
-        bias = _own_bias(state, tokens, after, self.plan, query)  # [L] or [B, 1, L]
+        bias = _own_bias(state, tokens, after, self.plan, query)  # [L, 1] or [B, 1, L, 1]: per channel
         self.own_key = True
-        share = torch.add(bias, (query * key).sum(-1), alpha=-scale).add_(lse)  # [B, H, L]: logit of the kept keys'
+        # [B, H, L] float32: the kept keys' logit over the own key's, the bias summed in with the product's channels
+        share = torch.addcmul(bias, query, key, value=-scale).sum(-1, dtype=torch.float32).add_(lse)
         own_mask = _diagonal(mask, int(key.shape[-2]))  # a query whose own key the host masks gets none of it
         if own_mask is not None:
             share = share.sub_(own_mask)
-        return torch.lerp(value, out, share.sigmoid_().unsqueeze(-1))
+        weight = torch.sigmoid(share, out=torch.empty(share.shape, dtype=value.dtype, device=share.device))
+        return torch.lerp(value, out, weight.unsqueeze(-1))
 
 
 def _diagonal(mask: Any, length: int) -> torch.Tensor | None:
@@ -361,19 +368,21 @@ def _row(table: torch.Tensor, draw: torch.Tensor | None) -> torch.Tensor:
 
 
 def _own_bias(state: DitState, tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
-    """[L], or [B, 1, L] per sample, in `like`'s dtype: +inf where a query's own token is among this call's kept
-    keys (its kept keys' output stands), 0 where its own key joins them; built as `_index`'s table is."""
+    """[L, 1], or [B, 1, L, 1] per sample, in `like`'s dtype, over its D channels: +inf where a query's own token is
+    among this call's kept keys (its kept keys' output stands), log(cell) where its own key joins them (the kept
+    keys weigh as their cells); built as `_index`'s table is."""
     cells = (tokens.before, tokens.grid, after, tokens.shift, plan.st, plan.sy, plan.sx)
-    key = ("own", *cells, str(like.device), like.dtype)
+    key = ("own", *cells, str(like.device), like.dtype, int(like.shape[-1]))
     return _call_row(state, key, lambda: _bias_table(tokens, after, plan, like))
 
 
 def _bias_table(tokens: Tokens, after: int, plan: BlockPlan, like: torch.Tensor) -> torch.Tensor:
     kept = _kept(tokens, after, plan, like.device)  # [S, K] or [S, B, K]
     length = tokens.before + tokens.generated + after
-    table = torch.zeros((*kept.shape[:-1], length), dtype=like.dtype, device=like.device)
-    table = table.scatter(-1, kept, float("inf"))  # [S, L] or [S, B, L]
-    return table.unsqueeze(-2) if table.dim() == 3 else table
+    per_channel = math.log(plan.st * plan.sy * plan.sx) / int(like.shape[-1])
+    table = torch.full((*kept.shape[:-1], length), per_channel, dtype=like.dtype, device=like.device)
+    table = table.scatter(-1, kept, float("inf")).unsqueeze(-1)  # [S, L, 1] or [S, B, L, 1]
+    return table.unsqueeze(-3) if table.dim() == 4 else table
 
 
 def _kept(tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> torch.Tensor:
@@ -440,7 +449,7 @@ def attend(
     scale: float | None = None,
 ) -> torch.Tensor | None:
     """For a host's own attention interceptor: the attention output [B, H, L, D] from [B, H, L, D] tensors while a
-    block ToMe reduces runs on a family whose queries keep their own key (`Family.own_key`), else None (reduce the
+    block ToMe reduces runs (each query keeps its own key: `AttentionHook.attend`), else None (reduce the
     keys/values with `reduce` and run the host's attention)."""
     state = getattr(model, attr, None)
     if not isinstance(state, DitState) or state.running is None or not state.own_key:

@@ -68,17 +68,6 @@ class Family:
     label: str  # in users' words
     models: str  # the checkpoints it covers
     video: bool = False
-    #: Each query attends to its own key and value beside the kept ones (`tome_core.dit.AttentionHook.attend`). On
-    #: NextDiT (Z-Image, Lumina 2) a query's own token is about half its self-attention, and subsampling takes it from
-    #: three queries in four: with it, 2x2 cells from 0.2 of the depth change a stand-in's generation a sixth as much
-    #: (Z-Image 0.0393 -> 0.0063) for 78% of their saving. Not elsewhere: on the stand-ins it changed nothing on
-    #: Flux.1 and Qwen-Image, more on SD3.5 and Wan, and Flux.2 (1.72x -> 1.33x the step saving) would pass the
-    #: launching-ops budget (docs/runs/2026-11-29-dit-own-key).
-    own_key: bool = False
-
-    def keeps_own_key(self, mode: str) -> bool:
-        """Whether a patch in TomeConfig.mode `mode` gives each query its own key (keys/values subsampled, "kv")."""
-        return self.own_key and mode == "kv"
 
 
 #: The DiT families, in the order the UIs list them.
@@ -87,8 +76,8 @@ DIT_FAMILIES: tuple[Family, ...] = (
     Family("chroma", "Chroma", "Chroma (the Flux.1 architecture, pruned, with attention masks)"),
     Family("flux2", "Flux.2", "Flux.2 dev and Klein"),
     Family("qwen", "Qwen-Image", "Qwen-Image and Qwen-Image-Edit"),
-    Family("zimage", "Z-Image", "Z-Image and Z-Image Turbo", own_key=True),
-    Family("lumina2", "Lumina 2", "Lumina Image 2.0", own_key=True),
+    Family("zimage", "Z-Image", "Z-Image and Z-Image Turbo"),
+    Family("lumina2", "Lumina 2", "Lumina Image 2.0"),
     Family("sd3", "SD3.5", "Stable Diffusion 3 and 3.5"),
     Family("wan", "Wan", "Wan 2.1 and 2.2, text- and image-to-video", video=True),
 )

@@ -509,8 +509,8 @@ def reduced_attention(
     mask: Any = None,
     scale: float | None = None,
 ) -> torch.Tensor | None:
-    """For a host's attention override on a patched diffusion transformer whose queries keep their own key (Z-Image,
-    Lumina 2): the attention output [B, H, L, D] from [B, H, L, D] tensors (the mask broadcast to [B, H, L, L])
+    """For a host's attention override on a patched diffusion transformer (each query keeps its own key beside the
+    kept ones): the attention output [B, H, L, D] from [B, H, L, D] tensors (the mask broadcast to [B, H, L, L])
     while a block ToMe reduces runs, else None: then `reduce_attention` and the host's own attention. Call it first."""
     return attend_dit(model, STATE_ATTR, query, key, value, mask, scale)
 

@@ -119,14 +119,14 @@ _FIDELITY_DIT = (
 #: Each diffusion transformer measured on a stand-in (tome_bench.dit_standin): the model and size it ran at, and when.
 _DIT_STANDINS: Mapping[str, tuple[str, str, str]] = _frozen(
     {
-        "flux": ("a Flux.1", "384 px", "2026-11-28"),
-        "chroma": ("a Chroma", "384 px", "2026-11-28"),
-        "flux2": ("a Flux.2", "384 px", "2026-11-28"),
-        "qwen": ("a Qwen-Image", "384 px", "2026-11-28"),
+        "flux": ("a Flux.1", "384 px", "2026-11-29"),
+        "chroma": ("a Chroma", "384 px", "2026-11-29"),
+        "flux2": ("a Flux.2", "384 px", "2026-11-29"),
+        "qwen": ("a Qwen-Image", "384 px", "2026-11-29"),
         "zimage": ("a Z-Image", "384 px", "2026-11-29"),
         "lumina2": ("a Lumina 2", "384 px", "2026-11-29"),
-        "sd3": ("an SD3.5", "384 px", "2026-11-28"),
-        "wan": ("a Wan 2.1", "17 frames at 320×192 px", "2026-11-28"),
+        "sd3": ("an SD3.5", "384 px", "2026-11-29"),
+        "wan": ("a Wan 2.1", "17 frames at 320×192 px", "2026-11-29"),
     }
 )
 
@@ -149,51 +149,45 @@ def _fidelity(
     return _frozen(held)
 
 
-def _dits(video: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Mapping[str, Any]]:
-    """The same keys/values subsampling for every diffusion transformer family, `video`'s fields on top for the
-    video families."""
-    return {f.name: _frozen({"mode": "kv", **fields, **((video or {}) if f.video else {})}) for f in DIT_FAMILIES}
-
-
-def _kv_from(block_start: float) -> Mapping[str, Any]:
-    """Keys/values subsampled 2x2 from `block_start` of the depth on."""
-    return _frozen({"mode": "kv", "sx": 2, "sy": 2, "block_start": block_start})
-
-
-#: Where Quality and Balanced start on the families whose stand-ins change more per reduced block (docs/dit.md): later,
-#: so that Balanced changes a generation no more than dropping steps for the same time, still saving at least one
-#: step's worth in twelve at the size users run (Chroma 1.11x at 1024 px, Qwen-Image 1.11x at 1328 px, SD3.5 1.11x).
-_LATER_QUALITY = {"chroma": _kv_from(0.5), "qwen": _kv_from(0.7), "sd3": _kv_from(0.6)}
-_LATER_BALANCED = {"chroma": _kv_from(0.35), "qwen": _kv_from(0.55), "sd3": _kv_from(0.45)}
-
-
-#: Z-Image's and Lumina 2's (NextDiT: each query attends to its own key beside the kept ones, `Family.own_key`): from
-#: Quality to Fastest keys/values 2x2 from 0.2 of the depth, then 3x3, 4x4 and 8x8 cells in every block. With its own
-#: key a query keeps most of what subsampling took from it; each changes a stand-in's generation a quarter to a half
-#: as much as dropping one step of twelve, at 1.08-1.15x (Z-Image) and 1.06-1.13x (Lumina 2) at 1024 px
-#: (docs/runs/2026-11-29-dit-own-key).
-_NEXTDIT = ("zimage", "lumina2")
-
-
-def _nextdit(cells: int, block_start: float = 0.0) -> dict[str, Mapping[str, Any]]:
-    return {name: _frozen({"mode": "kv", "sx": cells, "sy": cells, "block_start": block_start}) for name in _NEXTDIT}
+def _kv(cells: int, block_start: float, frames: int = 1) -> Mapping[str, Any]:
+    """Keys/values subsampled over cells x cells tokens (and `frames` frames) from `block_start` of the depth on."""
+    return _frozen({"mode": "kv", "sx": cells, "sy": cells, "st": frames, "block_start": block_start})
 
 
 #: Flux.1's Fastest: the last blocks (the single-stream blocks from three quarters of the depth) run on merged generated
 #: tokens, one per 2x2 cell, each token merged into the most similar destination of its band; keys/values subsampled
 #: 2x2 in the other blocks. Keys/values alone cannot reach it: attention is ~22% of a Flux.1-dev call at 1024 px.
-_FLUX_FASTEST = {"mode": "merge", "ratio": 0.75, "sx": 2, "sy": 2, "block_start": 0.75, "pool_kv": True}
-
+_FLUX_FASTEST = _frozen({"mode": "merge", "ratio": 0.75, "sx": 2, "sy": 2, "block_start": 0.75, "pool_kv": True})
 
 # Diffusion transformers keep every text and reference token; the generated tokens' keys/values are subsampled, every
 # query kept (AsymRnR, arXiv 2412.11706: on DiTs reducing keys/values is far safer than reducing queries, and the
-# first blocks, which lay out the image, are the most sensitive; the video families subsample over frames as well).
-# Flux.1's Fastest also merges the queries of its last blocks (`_FLUX_FASTEST`). Which token of each cell is kept
-# changes from step to step (tome_core.dit.draw_slot), so a generation averages the subsampling's error out. Flux.2's
-# stand-in changes more than dropping steps at every setting that saves a step's worth at 1024 px (Quality's, 1.08x,
-# already 1.5x the reference): its presets stay the common ones and their figures say so. Z-Image and Lumina 2 give
-# each query its own key beside the kept ones, and run larger cells in every block for it (`_nextdit`): with the common
-# presets and no own key, Balanced changed Z-Image's generation 1.15x as much as dropping one step.
+# first blocks, which lay out the image, are the most sensitive; the video families subsample over frames as well),
+# and each query also attends to its own key, the kept keys weighing as the cells they stand for
+# (tome_core.dit.AttentionHook.attend). Which token of each cell is kept changes from step to step
+# (tome_core.dit.draw_slot). Flux.1's Fastest also merges the queries of its last blocks (`_FLUX_FASTEST`).
+#: Per family, Quality, Balanced, Fast and Fastest, chosen on the stand-ins and the H200 estimate at the size users run
+#: (docs/runs/2026-11-29-dit-proportional): Balanced changes a stand-in's generation well under dropping steps for the
+#: same time, and each preset adds at most 10% kernel-launching operations (five kernels a reduced block), which is
+#: where the first reduced block sits: Flux.2 and Qwen-Image (fewer operations a block) start later.
+_DIT_LADDERS: Mapping[str, tuple[Mapping[str, Any], ...]] = _frozen(
+    {
+        "flux": (_kv(3, 0.35), _kv(3, 0.2), _kv(4, 0.2), _FLUX_FASTEST),
+        "chroma": (_kv(2, 0.35), _kv(3, 0.2), _kv(4, 0.2), _kv(6, 0.2)),
+        "flux2": (_kv(2, 0.35), _kv(3, 0.2), _kv(4, 0.2), _kv(6, 0.2)),
+        "qwen": (_kv(2, 0.55), _kv(3, 0.4), _kv(4, 0.4), _kv(8, 0.4)),
+        "zimage": (_kv(2, 0.2), _kv(3, 0.0), _kv(4, 0.0), _kv(6, 0.0)),
+        "lumina2": (_kv(2, 0.2), _kv(3, 0.0), _kv(4, 0.0), _kv(6, 0.0)),
+        "sd3": (_kv(2, 0.35), _kv(3, 0.2), _kv(4, 0.2), _kv(6, 0.2)),
+        "wan": (_kv(2, 0.35), _kv(3, 0.2), _kv(3, 0.0, 2), _kv(4, 0.0, 2)),
+    }
+)
+
+
+def _dits(rung: int) -> dict[str, Mapping[str, Any]]:
+    """Each diffusion transformer family's setting at `rung` of its ladder (0: Quality ... 3: Fastest)."""
+    return {family.name: _DIT_LADDERS[family.name][rung] for family in DIT_FAMILIES}
+
+
 _PRESETS: tuple[Preset, ...] = (
     Preset(
         "quality",
@@ -204,23 +198,21 @@ _PRESETS: tuple[Preset, ...] = (
             {
                 "sd": _frozen({"mode": "kv", "max_downsample": 1}),
                 "sdxl": _frozen({"mode": "kv", "min_downsample": 2, "max_downsample": 2}),
-                **_dits(sx=2, sy=2, block_start=0.35),
-                **_LATER_QUALITY,
-                **_nextdit(2, block_start=0.2),
+                **_dits(0),
             }
         ),
         fidelity=_fidelity(
             _TODO,
             (1.0, 1.0),
             (1.0, 1.0),
-            flux=(_PORT, 0.44, 0.45),
-            chroma=(_PORT, 0.34, 0.38),
-            flux2=(_PORT, 0.55, 0.56),
-            qwen=(_PORT, 0.44, 0.45),
-            zimage=(_PORT, 0.20, 0.14),
-            lumina2=(_PORT, 0.23, 0.19),
-            sd3=(_PORT, 0.51, 0.50),
-            wan=(_PORT, 0.65, 0.74),
+            flux=(_PORT, 0.21, 0.13),
+            chroma=(_PORT, 0.23, 0.17),
+            flux2=(_PORT, 0.18, 0.10),
+            qwen=(_PORT, 0.26, 0.15),
+            zimage=(_PORT, 0.15, 0.07),
+            lumina2=(_PORT, 0.18, 0.09),
+            sd3=(_PORT, 0.44, 0.30),
+            wan=(_PORT, 0.43, 0.42),
         ),
     ),
     Preset(
@@ -232,23 +224,21 @@ _PRESETS: tuple[Preset, ...] = (
             {
                 "sd": _frozen({"mode": "kv", "sx": 4, "sy": 4, "max_downsample": 1}),
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.3}),
-                **_dits(sx=2, sy=2, block_start=0.2, video={"block_start": 0.15}),
-                **_LATER_BALANCED,
-                **_nextdit(3),
+                **_dits(1),
             }
         ),
         fidelity=_fidelity(
             _TOMESD,
             (0.94, 1.24),
             (0.92, 1.37),
-            flux=(_STEPS, 0.83),
-            chroma=(_STEPS, 0.90),
-            flux2=(_STEPS, 1.72),
-            qwen=(_STEPS, 0.92),
-            zimage=(_STEPS, 0.26),
-            lumina2=(_STEPS, 0.46),
-            sd3=(_STEPS, 0.89),
-            wan=(_STEPS, 0.54),
+            flux=(_STEPS, 0.24),
+            chroma=(_STEPS, 0.68),
+            flux2=(_STEPS, 0.40),
+            qwen=(_STEPS, 0.32),
+            zimage=(_STEPS, 0.20),
+            lumina2=(_STEPS, 0.32),
+            sd3=(_STEPS, 0.50),
+            wan=(_STEPS, 0.48),
         ),
     ),
     Preset(
@@ -260,22 +250,21 @@ _PRESETS: tuple[Preset, ...] = (
             {
                 "sd": _frozen({**_SD_DEEP, "ratio": 0.55, "sx": 4, "sy": 4}),
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.5}),
-                **_dits(sx=4, sy=4, block_start=0.25, video={"sx": 2, "sy": 2, "st": 2, "block_start": 0.15}),
-                **_nextdit(4),
+                **_dits(2),
             }
         ),
         fidelity=_fidelity(
             _TOMESD,
             (1.40, 1.50),
             (1.18, 1.78),
-            flux=(_STEPS, 1.27),
-            chroma=(_STEPS, 2.28),
-            flux2=(_STEPS, 2.50),
-            qwen=(_STEPS, 1.84),
-            zimage=(_STEPS, 0.27),
-            lumina2=(_STEPS, 0.48),
-            sd3=(_STEPS, 1.77),
-            wan=(_STEPS, 0.46),
+            flux=(_STEPS, 0.37),
+            chroma=(_STEPS, 0.93),
+            flux2=(_STEPS, 0.71),
+            qwen=(_STEPS, 0.51),
+            zimage=(_STEPS, 0.33),
+            lumina2=(_STEPS, 0.57),
+            sd3=(_STEPS, 0.81),
+            wan=(_STEPS, 0.63),
         ),
     ),
     Preset(
@@ -287,23 +276,21 @@ _PRESETS: tuple[Preset, ...] = (
             {
                 "sd": _frozen({**_SD_DEEP, "ratio": 0.95, "sx": 8, "sy": 8}),
                 "sdxl": _frozen({**_SDXL_DEEP, "ratio": 0.7}),
-                **_dits(sx=4, sy=4, video={"st": 2}),
-                "flux": _frozen(_FLUX_FASTEST),
-                **_nextdit(8),
+                **_dits(3),
             }
         ),
         fidelity=_fidelity(
             _TOMESD,
             (2.26, 2.19),
             (1.43, 2.17),
-            flux=(_STEPS, 2.02),
-            chroma=(_STEPS, 1.33),
-            flux2=(_STEPS, 3.80),
-            qwen=(_STEPS, 2.26),
-            zimage=(_STEPS, 0.29),
-            lumina2=(_STEPS, 0.51),
-            sd3=(_STEPS, 2.11),
-            wan=(_STEPS, 0.86),
+            flux=(_STEPS, 1.67),
+            chroma=(_STEPS, 1.67),
+            flux2=(_STEPS, 1.31),
+            qwen=(_STEPS, 1.30),
+            zimage=(_STEPS, 0.68),
+            lumina2=(_STEPS, 1.10),
+            sd3=(_STEPS, 1.39),
+            wan=(_STEPS, 0.74),
         ),
     ),
 )

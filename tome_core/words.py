@@ -16,7 +16,6 @@ from typing import Any
 from tome_core import figures
 from tome_core.config import TomeConfig
 from tome_core.families import DIT_FAMILIES
-from tome_core.families import family as family_of
 from tome_core.plan import BlockPlan, grid, layout_table, plan_dit
 from tome_core.presets import ALL_FAMILIES, FAMILIES, REFERENCES, Fidelity, Preset, all_presets, get_preset
 
@@ -107,8 +106,7 @@ def _dit_words(config: TomeConfig, family: str) -> str:
         parts.append(f"{merged} run on merged generated tokens, one per {config.sx}\u00d7{config.sy} cell")
     if pooled:
         parts.append(f"keys/values of the generated tokens subsampled over {cells} in {pooled}")
-        if family_of(family).keeps_own_key(config.mode):
-            parts.append("each query also attending to its own key")
+        parts.append("each query also attending to its own key")
     if not parts:
         return "no reduction"
     parts.append("text and reference tokens kept whole")

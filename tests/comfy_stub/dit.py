@@ -57,7 +57,7 @@ def wrap_attn(func: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
 
 
 @wrap_attn
-def optimized_attention(
+def attention_pytorch(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -71,9 +71,12 @@ def optimized_attention(
     """`attention_pytorch`: q/k/v [B, H, L, D] with `skip_reshape`, else [B, L, H*D]; the output [B, L, H*D]."""
     if not skip_reshape:
         b, _, inner = q.shape
-        q, k, v = (t.reshape(b, t.shape[1], heads, inner // heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.reshape(b, t.shape[1], heads, inner // heads).transpose(1, 2) for t in (q, k, v))  # v: 3-D or 4-D
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.transpose(1, 2).flatten(2)
+
+
+optimized_attention = attention_pytorch
 
 
 def rope(ids: torch.Tensor, axes: tuple[int, ...], theta: float = 10000.0) -> torch.Tensor:
@@ -617,6 +620,7 @@ class JointBlock(nn.Module):
         cq, ck, cv = self.context_qkv(context).chunk(3, dim=-1)
         xq, xk, xv = self.x_qkv(x * (1 + scale)).chunk(3, dim=-1)
         q, k, v = (torch.cat(pair, dim=1) for pair in ((cq, xq), (ck, xk), (cv, xv)))
+        v = v.unflatten(-1, (self.heads, -1))  # as `mmdit.split_qkv` leaves it: [B, L, H, D] beside q, k [B, L, H*D]
         out = optimized_attention(q, k, v, heads=self.heads, transformer_options=options)
         n = context.shape[1]
         attn = self.x_out(out[:, n:])
