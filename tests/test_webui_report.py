@@ -97,3 +97,27 @@ def test_note_names_passes_only_when_there_are_several() -> None:
     assert note({"first": short, "hires": short}).count("pass: merged in 0 of 5") == 2
     assert note({"first": report(), "hires": report()}) is None
     assert note({}) is None
+
+
+def test_a_transformer_s_note_says_where_queries_did_not_keep_their_own_key() -> None:
+    """The words users read say each query also attends to its own key on a diffusion transformer: where the blocks
+    subsampled keys/values but an attention call was not one the core could answer itself (not a plain four-tensor
+    self-attention), the note says in how many blocks the own key joined; all of them: no note."""
+    dit = {"mode": "kv", "selected": 3, "planned": 3, "reached": 3, "applied": 3}
+
+    def pass_report(own: int) -> PassReport:
+        return PassReport(replace(FULL, **dit, modules=(("kv", 3), ("own", own))), steps=20, transformer=True)
+
+    assert explain(pass_report(3)) is None
+    assert explain(pass_report(1)) == (
+        "subsampled keys/values in 3 of 3 blocks; each query's own key joined the kept keys in 1 of the 3 that"
+        " subsampled them (its attention call was not a plain self-attention ToMe could run itself: the kept keys"
+        " alone there)"
+    )
+    merged = replace(FULL, mode="merge", modules=(("kv", 2), ("attn1", 2), ("ff", 2)))
+    assert explain(PassReport(merged, steps=20, transformer=True)) == (
+        "subsampled keys/values in 5 of 5 blocks; each query's own key joined the kept keys in 0 of the 2 that"
+        " subsampled them (its attention call was not a plain self-attention ToMe could run itself: the kept keys"
+        " alone there)"
+    )
+    assert explain(PassReport(merged, steps=20)) is None  # a UNet's blocks: no own key to keep

@@ -35,6 +35,11 @@ OTHER_KERNEL = (
 )
 
 
+#: Why a query did not keep its own key in a block that subsampled keys/values (`tome_core.dit.AttentionHook.attend`
+#: answers only plain self-attention calls of [B, H, L, D] tensors, no dropout, causal mask or grouped heads).
+OWN_KEY_SKIPPED = "its attention call was not a plain self-attention ToMe could run itself: the kept keys alone there"
+
+
 @dataclass(frozen=True)
 class PassReport:
     """One sampling pass: the core's counts and the sampler steps the WebUI reported for it."""
@@ -68,7 +73,7 @@ def explain(report: PassReport) -> str | None:
             f" extension replaced its forward, or {STALE_GRAPH})"
         )
     if s.applied >= s.selected:
-        return None
+        return _own_key_short(s) if dit else None
     reasons = []
     if s.planned < s.selected:
         if s.block_calls == 0:
@@ -92,6 +97,19 @@ def explain(report: PassReport) -> str | None:
             else "tokens changed by another extension before ToMe"
         )
     return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
+
+
+def _own_key_short(s: TomeStats) -> str | None:
+    """Where a diffusion transformer's blocks subsampled keys/values but not every query kept its own key (an
+    attention call the core could not run itself), how many did; None when all of them did."""
+    kinds = dict(s.modules)
+    pooled, own = kinds.get("kv", 0), kinds.get("own", 0)
+    if own >= pooled:
+        return None
+    return (
+        f"subsampled keys/values in {s.applied} of {s.selected} blocks; each query's own key joined the kept keys in"
+        f" {own} of the {pooled} that subsampled them ({OWN_KEY_SKIPPED})"
+    )
 
 
 def note(reports: Mapping[str, PassReport]) -> str | None:
