@@ -472,3 +472,21 @@ def test_every_slot_keeps_one_token_per_cell_and_the_slots_cover_the_grid() -> N
             assert len(set(row.tolist())) == len(row) and row[:3].tolist() == [0, 1, 2]
             assert row[-2:].tolist() == [3 + n, 4 + n]
         assert set(table[:, 3:-2].reshape(-1).tolist()) == set(range(3, 3 + n))
+
+
+@pytest.mark.parametrize("name", ["flux", "zimage"])
+def test_under_autocast_the_own_key_runs_in_the_dtype_attention_would(name: str) -> None:
+    """Under autocast a model's query, key and value can reach attention in different dtypes (Z-Image's rotary
+    embedding in float32 beside a 16-bit value), which scaled_dot_product_attention casts to autocast's dtype: the
+    core's own attention does the same, so every reduced block still keeps each query's own key, close to the float32
+    patched output."""
+    tiny = TINY[name]()
+    model = tiny.build()
+    tome_core.apply_patch(model, sx=2, sy=2)
+    reference = run(model, tiny)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = run(model, tiny)
+    stats = tome_core.stats(model)
+    assert stats is not None and dict(stats.modules)["own"] == stats.selected > 0
+    assert (out.float() - reference).norm() / reference.norm() < 0.05
+    tome_core.remove_patch(model)

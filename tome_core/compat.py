@@ -111,6 +111,20 @@ def attention_lse(
     return plain_attention_lse(query, key, value, mask, scale)
 
 
+def attention_dtype(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """The query, key and value in one dtype, as scaled_dot_product_attention gets them: as they are when they share
+    one; under autocast (where a model's float32 rotary embedding can meet a 16-bit value) cast to autocast's dtype,
+    as autocast casts that function's inputs; else None (scaled_dot_product_attention would refuse them)."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) == 1:
+        return tensors
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
+
+
 def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An attention mask as what it adds to the scores, in `dtype`: from booleans (True: attends) 0 or -inf."""
     if mask.dtype == torch.bool:

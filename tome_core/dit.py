@@ -33,7 +33,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import additive, attention_lse, eager, is_compiling, static_sizes
+from tome_core.compat import additive, attention_dtype, attention_lse, eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
@@ -296,8 +296,12 @@ class AttentionHook(Hook):
         the rest (0.79 for a 0.48 share at 2x2). A query whose own token is kept gets the kept keys' output as it
         is. Five elementwise kernels beside the attention (six with a mask), no gather."""
         tokens = state.tokens
+        same = attention_dtype(query, key, value)
+        if same is None or tokens is None:
+            return None
+        query, key, value = same
         reduced = self.reduce(state, key, value, -2, mask)
-        if reduced is None or tokens is None:
+        if reduced is None:
             return None
         after = tokens.after_in(int(key.shape[-2]))
         assert after is not None  # reduce checked it
