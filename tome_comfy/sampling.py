@@ -15,10 +15,11 @@ So the wrapper tells the core that the host intercepts attention (`tome_core.set
 and puts an override in this sampling's own options (`AttentionOverride`) that asks the core for the subsampled
 keys/values (`tome_core.reduce_attention`) and passes the call on, to an override another node set before (a
 SageAttention patch) or to ComfyUI's function; in `finally` the other node's override is put back. Whatever kernel
-runs the attention, it gets the reduced keys. In the blocks ToMe reduces, every query also keeps its own key: the
-core answers those self-attention calls itself (`tome_core.reduced_attention`: PyTorch's kernels, which return the
-log-sum-exp it needs, in place of that override); the other attention calls go on as before. A diffusion model that is neither (HiDream, HunyuanVideo)
-runs unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
+runs the attention, it gets the reduced keys. In the blocks ToMe reduces, where ComfyUI's attention function is
+one of PyTorch's and no other node set an override, every query also keeps its own key: the core answers those
+self-attention calls itself (`tome_core.reduced_attention`: PyTorch's kernels, which return the log-sum-exp it needs);
+the other attention calls go on as before. A diffusion model ToMe does not know (HiDream, HunyuanVideo) runs
+unchanged, and the log says so once per sampling, naming ComfyUI's model config and the model's class.
 
 Per sampling the wrapper also
 - resolves a preset for the model's family from ComfyUI's model config (`model.model_config`),
@@ -617,9 +618,9 @@ class AttentionOverride:
     ) -> torch.Tensor | None:
         """The core's attention with each query's own key (`tome_core.reduced_attention`) from ComfyUI's tensors,
         [B, H, L, D] with `skip_reshape` (Flux, NextDiT) or [B, L, H*D] (Wan, Qwen-Image, SD3.5; SD3.5's values
-        [B, L, H, D]), and its mask
-        shapes, else None. It runs PyTorch's attention kernels itself (they return the log-sum-exp it needs), in
-        place of the function or override the call was going to; the output in the layout the call asked for."""
+        [B, L, H, D]), and its mask shapes, else None. It runs PyTorch's attention kernels itself (they return the
+        log-sum-exp it needs), in place of the function the call was going to; the output in the layout the call
+        asked for."""
         if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
             return None
         if not kwargs.get("skip_reshape"):

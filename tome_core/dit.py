@@ -285,8 +285,9 @@ class AttentionHook(Hook):
         scale: float | None,
     ) -> torch.Tensor | None:
         """Self-attention [B, H, L, D] of `query` over the kept keys/values (`reduce`), each standing for its cell,
-        and each query's own key and value, from [B, H, L, D] tensors; None where this is not the layout's joint
-        sequence.
+        and each query's own key and value, from [B, H, L, D] tensors (cast to one dtype as autocast casts
+        scaled_dot_product_attention's: `attention_dtype`); None where this is not the layout's joint sequence, or
+        where the dtypes differ outside autocast.
 
         Kept keys stand for a cell with one of its tokens, the same for every query, so without this three queries
         in four of a 2x2 cell lose their own token, the largest share of their attention on these models
