@@ -75,20 +75,6 @@ class Trace:
 
     ops: list[TracedOp] = field(default_factory=list)
     peak_bytes: float = 0.0
-    live: dict[int, tuple[StorageWeakRef, float]] = field(default_factory=dict, repr=False)  # storage -> bytes
-
-    def allocated(self, out: Any, inputs: Iterable[Any]) -> None:
-        """Count `out`'s storages that are new (not an input's: a view or an in-place result is not), after
-        letting go of those no tensor holds any more."""
-        for key, (ref, _) in list(self.live.items()):
-            if ref.expired():
-                del self.live[key]
-        held = {StorageWeakRef(t.untyped_storage()).cdata for t in _tensors(list(inputs))}
-        for t in _tensors([out]):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref.cdata not in held and ref.cdata not in self.live:
-                self.live[ref.cdata] = (ref, float(t.untyped_storage().nbytes()))
-        self.peak_bytes = max(self.peak_bytes, sum(n for _, n in self.live.values()))
 
     @property
     def launching(self) -> int:
@@ -205,6 +191,24 @@ class _Record(TorchDispatchMode):
         super().__init__()
         self.trace = trace
         self.muted = 0
+        self.live: dict[int, tuple[StorageWeakRef, float]] = {}  # storage -> its bytes, while a tensor holds it
+        self.held = 0.0  # their sum
+
+    def allocated(self, out: Any, inputs: Iterable[Any]) -> None:
+        """Count `out`'s storages that are new (not an input's: a view or an in-place result is not), after letting
+        go of those no tensor holds any more, into the trace's `peak_bytes`."""
+        for key, (ref, size) in list(self.live.items()):
+            if ref.expired():
+                del self.live[key]
+                self.held -= size
+        given = {StorageWeakRef(t.untyped_storage()).cdata for t in _tensors(list(inputs))}
+        for t in _tensors([out]):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref.cdata not in given and ref.cdata not in self.live:
+                size = float(t.untyped_storage().nbytes())
+                self.live[ref.cdata] = (ref, size)
+                self.held += size
+        self.trace.peak_bytes = max(self.trace.peak_bytes, self.held)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -216,7 +220,7 @@ class _Record(TorchDispatchMode):
             out = func(*args, **kwargs)
         if self.muted:
             return out
-        self.trace.allocated(out, [*args, *kwargs.values()])
+        self.allocated(out, [*args, *kwargs.values()])
         name = op_name(func)
         if name in VIEW_OPS or name in _MORE_VIEWS or name in ALLOC_OPS or name in _NO_KERNEL:
             return out
@@ -267,7 +271,7 @@ class _FusedAttention(TorchFunctionMode):
         finally:
             self.record.muted -= 1
         if not self.record.muted:
-            self.record.trace.allocated(out, args)
+            self.record.allocated(out, args)
             flops = float(sdpa_flop_count(q.shape, k.shape, v.shape))
             moved = sum(_nbytes(t) for t in (q, k, v, out))
             self.record.trace.ops.append(TracedOp("attention", "attention", flops, moved))
