@@ -106,5 +106,5 @@ bench-gen: peers
 	$(PY) -m tome_bench peers --steps 4 --arch sdxl --sizes 768 --peers all --presets all --out bench-out/gen-sdxl $(BENCH_ARGS)
 
 clean:
-	rm -rf .pytest_cache .ruff_cache .hypothesis bench-out build dist *.egg-info
+	rm -rf .pytest_cache .ruff_cache .hypothesis .cache bench-out build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf

@@ -15,6 +15,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("DIFFUSERS_NO_ADVISORY_WARNINGS", "1")
+# Inductor, before anything imports its config: the vector switch is read at import, and one value for the whole
+# process keeps the C++ it writes and the flags it builds with in step. Set only inside one test, a process whose
+# vector-ISA list was already cached wrote vector code under the switch-off cache key, and the next process that hit
+# that entry built it without the vector headers (CI, 2026-11-29). Off, the C++ is a fifth smaller and compiles in two
+# thirds of the time (GPU users get triton kernels, never this C++). The cache lives in the checkout (a clean
+# checkout starts empty), never in a /tmp shared with other runs.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "torchinductor"))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -352,6 +352,19 @@ def large_literals(codes: list[str]) -> list[int]:
     return [value for value in found if value >= 2**31]
 
 
+def test_inductor_runs_with_one_vector_switch_and_the_checkout_cache() -> None:
+    """Every process of the run reads the same vector switch at import and caches in the checkout: a switch flipped
+    inside one test let a process write vector C++ under the switch-off key, which the next process built without the
+    vector headers (CI, 2026-11-29)."""
+    from pathlib import Path
+
+    from torch._inductor import config
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    assert config.cpp.vec_isa_ok is False
+    assert Path(cache_dir()).resolve().is_relative_to(Path(__file__).resolve().parents[1])
+
+
 def test_random_partitions_compile_into_int32_indexed_kernels() -> None:
     def draw(t: torch.Tensor) -> torch.Tensor:
         return hashed_slots(4096, 16, timestep_key(t, t.device), 0x70E5)
@@ -371,8 +384,7 @@ def test_inductor_float16_output_equals_eager() -> None:
     The SDXL presets merge whole stacks (batched products over one-hot plan matrices) and pool keys/values: in a
     float16 graph every matrix must stay float16 (H100, 2026-11-26: inductor's lowering of a scatter-built one-hot
     matrix gave float32 and the graph failed to compile). Inductor lowers the graph and indexes its kernels the
-    same with or without the CPU's vector instructions; without them the C++ it writes is a fifth smaller and
-    compiles in two thirds of the CPU time (GPU users get triton kernels, never this C++)."""
+    same with or without the CPU's vector instructions (conftest turns them off for the whole run)."""
     unet = build_unet("diffusers_sdxl").half()
     tome_core.apply_patch(unet, preset="fastest")
     inputs = make_inputs(2, 16, 16)
@@ -380,10 +392,9 @@ def test_inductor_float16_output_equals_eager() -> None:
         **{k: v.half() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in vars(inputs).items()}
     )
     compiled = torch.compile(unet, fullgraph=True)
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
-        out, codes = run_and_get_code(call, compiled, half, 999.0)
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            second = call(compiled, half, 500.0)
+    out, codes = run_and_get_code(call, compiled, half, 999.0)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        second = call(compiled, half, 500.0)
     assert codes and large_literals(codes) == []
     for t, got in ((999.0, out), (500.0, second)):
         assert got.dtype == torch.float16
