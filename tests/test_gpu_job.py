@@ -89,6 +89,11 @@ def test_compiles_come_before_every_timing_and_rows_are_interleaved(tmp_path: Pa
     assert [c.split(":")[0] for c in data["checks"][:2]] == [
         f"own key's attention {w} a mask" for w in ("without", "with")
     ]
+    # then the masked attention a per-key weight would need, timed against flash (docs/runs/2026-11-29-text-weight)
+    assert [c.split(":")[0] for c in data["checks"][2:4]] == [
+        f"masked attention at {m}" for m in ("Flux.1-dev 1024 px", "Wan 2.1 1.3B 480p")
+    ]
+    assert all("flash" in c and "rate" in c for c in data["checks"][2:4])
     assert row["fields"]["sx"] == 8 and "blocks" in row["merged"]  # what ran, as calibrate rebuilds it
     md = gpu_job.tables(data)
     assert "| fastest | 5.00 (0%) | 1.00x |" in md and "1.11x" in md
