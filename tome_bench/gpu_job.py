@@ -41,8 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tome_bench import archs, dit_archs, options
-from tome_core.compat import additive, attention_lse, plain_attention_lse
+from tome_bench import archs, dit_archs, kernels, options
 
 #: Above this spread a row is timed again, and then unreliable.
 SPREAD = 0.05
@@ -312,8 +311,10 @@ class Job:
             v.remove(model)
 
     def run(self) -> None:
-        self.check_own_key()
-        self.time_masked_attention()
+        failed = kernels.check_own_key(self.device, self.checks)
+        if failed is not None:
+            raise Stop(failed)
+        kernels.time_masked_attention(self.device, self.checks)
         self.build()
         for case in self.cases:
             if self.left() < self.reserve([case]):
@@ -415,54 +416,6 @@ class Job:
             for r in again:
                 state = "" if r.reliable else ": UNRELIABLE"
                 self.say(f"{case.name} {r.variant.name} {mode}: {r.median:.3f} ms, spread {r.spread or 0:.1%}{state}")
-
-    def check_own_key(self) -> None:
-        """Stop unless the attention kernels each query's own key reads the log-sum-exp from
-        (`tome_core.compat.attention_lse`: on a GPU flash attention, or memory-efficient with a mask) agree on this
-        device with the plain operations, in its dtype, with and without a mask (nothing else on the CPU checks them)."""
-        gen = torch.Generator(device=self.device.device).manual_seed(0)
-        dtype, device = self.device.dtype, self.device.device
-        q, k, v = (torch.randn(2, 4, n, 64, generator=gen, device=device, dtype=dtype) for n in (300, 90, 90))
-        mask = torch.rand(2, 1, 1, 90, generator=gen, device=device) > 0.2
-        for masked in (None, mask):
-            out, lse = attention_lse(q, k, v, masked, 0.125)
-            scores_mask = None if masked is None else additive(masked, torch.float32)
-            ref, ref_lse = plain_attention_lse(q.float(), k.float(), v.float(), scores_mask, 0.125)
-            error = max(float((out.float() - ref).abs().max()), float((lse - ref_lse).abs().max()))
-            line = f"own key's attention {'with' if masked is not None else 'without'} a mask: off by {error:.2g}"
-            if error > 2e-2 and self.device.strict:
-                raise Stop(line + " from the plain operations (tome_core.compat.attention_lse)")
-            self.checks.append(line)
-
-    def time_masked_attention(self, calls: int = 20) -> None:
-        """The attention of a block whose kept generated keys would weigh as their cells by their logits (a bias row,
-        hence the memory-efficient kernel) against the flash attention the core runs now, at Flux.1-dev 1024 px and
-        Wan 2.1 1.3B 480p with 4x4 (x2 frames) cells: whether docs/runs/2026-11-29-text-weight/keyed.diff pays, and
-        the rate its estimate would price masked attention at (the diff's `MASKED_ATTENTION_RATE` assumes half)."""
-        # kept keys rounded to 16: the kernel alone, no padding of the mask
-        shapes = {"Flux.1-dev 1024 px": (24, 4608, 768), "Wan 2.1 1.3B 480p": (12, 32760, 2544)}
-        if self.device.device.type != "cuda":  # the dry run and the tests: the sequence, on shapes a CPU runs at once
-            shapes = {name: (2, 96, 32) for name in shapes}
-        gen = torch.Generator(device=self.device.device).manual_seed(0)
-        dtype, device = self.device.dtype, self.device.device
-        for name, (heads, length, kept) in shapes.items():
-            q, k, v = (
-                torch.randn(1, heads, n, 128, generator=gen, device=device, dtype=dtype) for n in (length, kept, kept)
-            )
-            bias = torch.zeros(1, 1, 1, kept, device=device, dtype=dtype)  # [1, 1, 1, K]: one weight per kept key
-            ms = {}
-            for label, mask in (("flash", None), ("masked", bias)):
-                attention_lse(q, k, v, mask, 0.125)
-                self.device.sync()
-                start = time.perf_counter()
-                for _ in range(calls):
-                    attention_lse(q, k, v, mask, 0.125)
-                self.device.sync()
-                ms[label] = 1e3 * (time.perf_counter() - start) / calls
-            rate = ms["flash"] / ms["masked"]
-            self.checks.append(
-                f"masked attention at {name}: {ms['masked']:.3f} ms, flash {ms['flash']:.3f} ms: rate {rate:.2f}"
-            )
 
     def check(self, case: Case) -> None:
         """Stop when a baseline is out of line: CUDA graphs slower than eager, or compiled slower beyond the spread
