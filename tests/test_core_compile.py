@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -356,8 +357,6 @@ def test_inductor_runs_with_one_vector_switch_and_the_checkout_cache() -> None:
     """Every process of the run reads the same vector switch at import and caches in the checkout: a switch flipped
     inside one test let a process write vector C++ under the switch-off key, which the next process built without the
     vector headers (CI, 2026-11-29)."""
-    from pathlib import Path
-
     from torch._inductor import config
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 

@@ -629,7 +629,8 @@ class AttentionOverride:
                 return None
             if key.shape != query.shape or value.shape[:2] != query.shape[:2] or value.dim() not in (3, 4):
                 return None
-            if value.shape[2] % heads if value.dim() == 3 else value.shape[2] != heads:
+            per_head = value.shape[2] % heads == 0 if value.dim() == 3 else value.shape[2] == heads
+            if not per_head:
                 return None
             query, key = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (query, key))
             value = (value if value.dim() == 4 else value.unflatten(-1, (heads, -1))).transpose(1, 2)

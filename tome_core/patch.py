@@ -43,7 +43,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tome_core.compat import eager, is_compiling, static_sizes, uncompiled
 from tome_core.config import TomeConfig
-from tome_core.dit import INTERCEPTORS, AttentionHook, DitState
+from tome_core.dit import INTERCEPTORS, DitState
 from tome_core.dit import apply as apply_dit
 from tome_core.dit import attend as attend_dit
 from tome_core.dit import check_config as check_dit_config
@@ -438,7 +438,7 @@ def _dit_stats(state: DitState) -> TomeStats:
     applied = sum(1 for h in hooks if h.applied)
     pooled = sum(1 for h in hooks if h.applied and h.plan.kind == "kv")
     merged = applied - pooled
-    own = sum(1 for h in hooks if h.applied and isinstance(h, AttentionHook) and h.own_key)
+    own = sum(1 for h in hooks if h.applied and h.own_key)  # a merged block's hook never sets it
     return TomeStats(
         mode=state.config.mode,
         total=len(state.table.blocks),
