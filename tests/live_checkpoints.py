@@ -3,6 +3,9 @@
     python tests/live_checkpoints.py MADE.safetensors ComfyUI/models/checkpoints/random-sdxl.safetensors
     python tests/live_checkpoints.py dit ComfyUI
 
+Run the `dit` form with the Python that runs ComfyUI (it imports ComfyUI's model classes, which import psutil and
+the rest of ComfyUI's requirements; .venv lacks some).
+
 The second form sets up the diffusion-transformer checks (tests/test_live_comfy_dit.py): it writes
 `models/diffusion_models/random-flux.safetensors` (Flux.1 dev's layout at one double and one single block: ComfyUI
 fixes the hidden size at 3072 and finds the family from the `double_blocks.*` keys) and `random-wan21.safetensors`

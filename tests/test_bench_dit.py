@@ -3,8 +3,11 @@ panel runs its references beside the presets, and the GPU estimate traces the fu
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +17,11 @@ from torch.overrides import TorchFunctionMode
 
 import tome_core
 from tome_bench import dit_archs, dit_fidelity, dit_standin
-from tome_core.families import DIT_FAMILIES
+from tome_bench.gpu_estimate import GPUS, trace
+from tome_core import figures
+from tome_core.families import DIT_FAMILIES, FIGURES_FAMILIES, figures_family
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The config keys of each family's block counts.
 _BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
@@ -134,15 +141,19 @@ def test_the_estimate_traces_a_dit_call_and_each_preset_saves_work() -> None:
     assert all(r.flops < r.base_flops for r in rows)
 
 
-@pytest.mark.parametrize("family", [f.name for f in DIT_FAMILIES])
+@pytest.mark.parametrize("family", list(dit_archs.TABLE_ARCH))
 def test_every_family_s_presets_stay_within_the_launching_budget(family: str) -> None:
-    """Every family on its full-size config at 1024 px, H200 estimate, each query keeping its own key (five more
-    kernels in each reduced block, `AttentionHook.attend`): every preset adds at most 10% kernel-launching
-    operations, holds no more memory at its peak than the unpatched call (the trace's live tensors) but the patch's
-    index tables (+0.005% at most), and each saves more GPU work than the one before."""
+    """Every family on its full-size config at the size its presets were chosen at (1024² for images), H200 estimate, each query keeping its own key (five more
+    kernels in each reduced block, `AttentionHook.attend`): the launching operations every preset adds cost no time
+    in an eager call (issue 57: priced as host time against the call's GPU time, the host's launches hide behind
+    the GPU's work, `EstimateRow.hidden`) or are at most 10% more; every preset holds no more memory at its peak
+    than the unpatched call (the trace's live tensors) but the patch's index tables (+0.005% at most), and each saves
+    more GPU work than the one before."""
     arch = dit_archs.DIT_ARCHS[dit_archs.TABLE_ARCH[family]]
-    rows = dit_archs.estimate_rows(arch, [p.name for p in tome_core.presets()], sizes=[(1024, 1024, 1)])
-    assert all(r.ops_added <= 0.10 for r in rows), [(r.variant, f"{r.ops_added:+.1%}") for r in rows]
+    rows = dit_archs.estimate_rows(arch, [p.name for p in tome_core.presets()], sizes=[dit_archs.chosen_at(family)])
+    assert all(r.hidden or r.ops_added <= 0.10 for r in rows), [
+        (r.variant, f"{r.ops_added:+.1%}", f"host {r.host_ms:.1f} ms for {r.gpu_ms:.1f} ms of GPU work") for r in rows
+    ]
     assert all(0 < r.peak_bytes <= r.base_peak_bytes * 1.0001 for r in rows), [(r.variant, r.peak_ratio) for r in rows]
     speedups = [r.speedup for r in rows]
     assert speedups[0] > 1 and speedups == sorted(set(speedups)), speedups
@@ -156,6 +167,20 @@ def test_the_full_size_configs_build_on_the_meta_device(name: str) -> None:
     assert sum(p.numel() for p in model.parameters()) > 1e9  # the full-size model, not a reduced one
 
 
+def test_wan22_5b_is_a_wan_to_the_core_and_gets_its_pipeline_s_timestep_per_token() -> None:
+    """Wan 2.2 TI2V 5B (48 latent channels, 16x VAE): the core reduces it as a Wan, and its estimate's inputs are
+    its pipelines' (`expand_timesteps`): a timestep per token [B, F*H*W] of the grid at 1280x704, 121 frames."""
+    arch = dit_archs.DIT_ARCHS["wan22-5b"]
+    model = arch.build()
+    assert tome_core.model_family(model) == "wan" and arch.family == "wan"
+    assert 4e9 < sum(p.numel() for p in model.parameters()) < 6e9
+    inputs = arch.inputs((1280, 704, 121))
+    assert inputs["hidden_states"].shape == (1, 48, 31, 44, 80)
+    assert inputs["timestep"].shape == (1, 31 * 22 * 40)
+    # the "wan" rows are the 14B's (one architecture a family's rows); the 5B's are its own (`figures_family`)
+    assert dit_archs.TABLE_ARCH["wan"] == "wan-14b" and dit_archs.TABLE_ARCH["wan22-5b"] == "wan22-5b"
+
+
 @pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
 def test_every_stand_in_s_output_depends_on_the_time(name: str) -> None:
     """A trained model's velocity at sigma 0.2 is not its velocity at 0.5. With random weights Lumina 2's time
@@ -164,9 +189,49 @@ def test_every_stand_in_s_output_depends_on_the_time(name: str) -> None:
     does (`Family.time_scale`)."""
     family = tiny(name)
     model = dit_standin.build(family, 0.85)
-    noise, natural, text = dit_standin._inputs(family, 0)
+    noise, natural, text = dit_standin.sample_inputs(family, 0)
     latent = 0.5 * noise + 0.5 * natural
     with torch.no_grad():
         at = {sigma: dit_standin.call(model, family, latent, sigma, text) for sigma in (0.2, 0.5)}
     # One block of each kind, a 12 x 12 grid: 0.06 (Lumina 2) to 0.36 (Chroma) apart; Lumina 2 as built: 0.004.
     assert dit_standin.change(at[0.2], at[0.5]) > 0.04
+
+
+def test_a_fused_rms_norm_counts_as_the_one_kernel_cuda_launches() -> None:
+    """torch.nn.RMSNorm (F.rms_norm) is one `_fused_rms_norm` kernel on CUDA where the meta device runs eight
+    operations; a norm written out by hand (diffusers' RMSNorm) launches its operations on a GPU too."""
+    x = torch.empty(2, 16, 64, device="meta", dtype=torch.float16)
+    norm = torch.nn.RMSNorm(64, device="meta", dtype=torch.float16)
+    fused, _ = trace(lambda: norm(x))
+    assert [op.name for op in fused.ops] == ["rms_norm"] and fused.launching == 1
+    assert fused.ops[0].bytes == 2 * x.numel() * 2 + 64 * 2  # the input, the output, the weight
+    by_hand, _ = trace(lambda: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype))
+    assert by_hand.launching > 4
+
+
+def test_the_host_time_per_launch_is_the_profiles() -> None:
+    """`GpuSpec.host_us` is the median host time per aten operation of the profiled eager calls the host bounded
+    (wall clock over 1.5x the GPU's busy time): the H200 run of 2026-11-27."""
+    rows = json.loads((ROOT / "docs/runs/2026-11-27-h200/gpu.json").read_text())["rows"]
+    bound = [
+        1e3 * r["wall_ms"] / r["aten_calls_per_call"]
+        for r in rows
+        if r.get("part") == "eager" and r.get("wall_ms") and r["wall_ms"] > 1.5 * r["gpu_busy_ms"]
+    ]
+    assert len(bound) > 20 and GPUS["h200"].host_us == pytest.approx(statistics.median(bound), abs=0.01)
+
+
+def test_every_family_has_table_figures_or_says_why_not() -> None:
+    """Every family's presets have rows in the speed table, or the lab says why not; an architecture with figures of
+    its own (Wan 2.2 5B) has rows under its own key and is its family's model to the core."""
+    figures_only = set(FIGURES_FAMILIES)
+    assert {f.name for f in DIT_FAMILIES} == (set(dit_archs.TABLE_ARCH) - figures_only) | set(dit_archs.NOT_ESTIMATED)
+    for key, family in FIGURES_FAMILIES.items():
+        arch = dit_archs.DIT_ARCHS[dit_archs.TABLE_ARCH[key]]
+        assert arch.family == family and figures_family(arch.build(), family) == key
+
+
+def test_a_wan22_5b_reads_its_own_figures() -> None:
+    """Issue 58: a Wan 2.2 5B at its size reads the 5B's speed-up, not the 14B's, which has 4x the tokens there."""
+    five, fourteen = (figures.speed(key, "balanced", 1280, 704, 121) for key in ("wan22-5b", "wan"))
+    assert five is not None and fourteen is not None and five.exact and five.speedup < 0.8 * fourteen.speedup

@@ -10,6 +10,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import comfy_stub.dit as stub_dit
 import pytest
 import torch
 import torch.nn.functional as F
@@ -122,8 +123,8 @@ def test_the_log_gives_the_blocks_the_size_sampled_and_the_presets_speed_there(c
     assert tome_lines(caplog) == [
         (
             "INFO",
-            f"{HEAD} (Balanced for flux): keys/values subsampled (each query's own key kept) in 3 of 4 blocks, text and reference tokens whole;"
-            f" {speed}",
+            f"{HEAD} (Balanced for flux): keys/values subsampled (each query's own key kept) in 3 of 4 blocks, text and reference tokens whole,"
+            f" attention by PyTorch; {speed}",
         )
     ]
     caplog.clear()
@@ -198,15 +199,19 @@ class ReduceSpy:
         self.real = tome_core.reduce_attention
         self.real_hook = AttentionHook.reduce
 
-    def __call__(self, model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+    def __call__(
+        self, model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None, *names: str
+    ) -> Any:
         seen = len(self.calls)
-        out = self.real(model, key, value, dim, mask)
+        out = self.real(model, key, value, dim, mask, *names)
         if len(self.calls) == seen:  # no block's hook took it (recorded there)
             self.record(key, dim, out, mask)
         return out
 
-    def hook(self, hook: Any, state: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
-        out = self.real_hook(hook, state, key, value, dim, mask)
+    def hook(
+        self, hook: Any, state: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None, *names: str
+    ) -> Any:
+        out = self.real_hook(hook, state, key, value, dim, mask, *names)
         self.record(key, dim % key.dim(), out, mask)
         return out
 
@@ -301,8 +306,8 @@ def test_queries_attend_to_the_kept_keys_and_their_own(name: str, monkeypatch: p
     seen: list[tuple[Any, ...]] = []
     attend = AttentionHook.attend
 
-    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any) -> Any:
-        out = attend(hook, state, q, k, v, mask, scale)
+    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, kernel: Any = None) -> Any:
+        out = attend(hook, state, q, k, v, mask, scale, kernel)
         if out is not None:  # not SD3.5 Medium's second attention, over the image alone: left as it is
             seen.append((q, k, v, mask, out, state.draw, state.tokens))
         return out
@@ -323,6 +328,123 @@ def test_queries_attend_to_the_kept_keys_and_their_own(name: str, monkeypatch: p
             bias = bias.masked_fill(mask.expand_as(bias) != 0, -math.inf)
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+#: ComfyUI's attention functions beside PyTorch's, the library each calls, and the name the log gives its kernel.
+KERNEL_PATHS = {
+    "attention_sage": ("sageattn", "SageAttention"),
+    "attention_flash": ("flash_attn_func", "flash-attn"),
+    "attention_xformers": ("memory_efficient_attention_partial", "xformers"),
+}
+
+
+def library_calls(monkeypatch: pytest.MonkeyPatch, function: str) -> list[dict[str, Any]]:
+    """ComfyUI runs `function` (as `--use-sage-attention` and the like make it); returns the keywords of every call
+    of the kernel library it imports, as they happen."""
+    calls: list[dict[str, Any]] = []
+    name = KERNEL_PATHS[function][0]
+    owner = stub_dit.xformers.ops if function == "attention_xformers" else stub_dit
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    monkeypatch.setattr(stub_dit, "optimized_attention", getattr(stub_dit, function))
+    return calls
+
+
+@pytest.mark.parametrize("function", list(KERNEL_PATHS))
+def test_under_sage_flash_and_xformers_queries_keep_their_own_key(
+    function: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """Issue 58: ComfyUI started with --use-sage-attention (flash, xformers), models in 16 bits: in a reduced block
+    ToMe runs the kernel ComfyUI's function would call (the library its module imported), asking for the
+    log-sum-exp, over the kept keys, and joins each query's own key; the log names the kernel. The latent is the
+    one PyTorch's attention gives with the same combine, to the kernel's rounding."""
+    caplog.set_level(logging.INFO, logger="tome")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = sample(tome(load_checkpoint("flux"), "Balanced"))
+        calls = library_calls(monkeypatch, function)
+        caplog.clear()
+        out = sample(tome(load_checkpoint("flux"), "Balanced"))
+    asked = [c for c in calls if c.get("return_lse") or c.get("return_attn_probs") or "output_dtype" in c]
+    assert len(asked) == 3 * 4  # 3 reduced blocks, 4 steps: every one through the kernel, with its log-sum-exp
+    ((_, line),) = tome_lines(caplog)
+    kernel = KERNEL_PATHS[function][1]
+    assert (
+        f"keys/values subsampled (each query's own key kept) in 3 of 4 blocks, text and reference tokens whole, attention by {kernel};"
+        in line
+    )
+    assert (out - reference).abs().max() < 0.05 * reference.abs().max()
+
+
+def test_where_the_kernel_cannot_take_the_call_comfyuis_function_runs_it_and_the_log_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """SageAttention takes no mask (Lumina 2's captions) and runs no float32: ComfyUI's attention_sage runs those
+    calls with the reduced keys/values, as it would have (ignoring the mask; falling back to PyTorch), and the log
+    says each query's own key was off there, and why."""
+    caplog.set_level(logging.INFO, logger="tome")
+    library_calls(monkeypatch, "attention_sage")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sample(tome(load_checkpoint("lumina2"), "Balanced"), **ARGS["lumina2"])
+    ((_, line),) = tome_lines(caplog)
+    assert (
+        ", attention by attention_sage; each query's own key off in 2 of 2: SageAttention takes no attention mask;"
+        in line
+    )
+    assert "(each query's own key kept)" not in line
+    caplog.clear()
+    sample(tome(load_checkpoint("flux"), "Balanced"))
+    ((_, line),) = tome_lines(caplog)
+    assert (
+        "attention by attention_sage; each query's own key off in 3 of 3: SageAttention does not run float32;" in line
+    )
+
+
+def test_a_kernel_that_fails_on_the_kept_keys_is_logged_and_comfyuis_function_runs_the_call(
+    monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="tome")
+
+    def unsupported(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("Unsupported head_dim: 16")
+
+    monkeypatch.setattr(stub_dit, "sageattn", unsupported)
+    monkeypatch.setattr(stub_dit, "optimized_attention", stub_dit.attention_sage)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sample(tome(load_checkpoint("flux"), "Balanced"))
+    lines = tome_lines(caplog)
+    assert (
+        lines[0][0] == "WARNING"
+        and "SageAttention failed on the kept keys/values (ValueError: Unsupported head_dim: 16)" in lines[0][1]
+    )
+    assert (
+        "attention by attention_sage; each query's own key off in 3 of 3: SageAttention failed: ValueError"
+        in lines[-1][1]
+    )
+
+
+def test_another_nodes_override_runs_with_the_reduced_keys_and_the_log_names_it(caplog: Any) -> None:
+    """An override another node set before ours (ComfyUI's SageAttention 3 node, KJNodes' patches) returns no
+    log-sum-exp: it runs every call, with the reduced keys/values in ToMe's blocks, and the log names it and says
+    each query's own key was off."""
+    caplog.set_level(logging.INFO, logger="tome")
+
+    def sage3_node(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    model = load_checkpoint("flux")
+    model.model_options["transformer_options"][ATTENTION_OVERRIDE] = sage3_node
+    sample(tome(model, "Balanced"))
+    ((_, line),) = tome_lines(caplog)
+    name = f"{__name__}.test_another_nodes_override_runs_with_the_reduced_keys_and_the_log_names_it.<locals>.sage3_node"
+    assert (
+        f", attention by another node's attention override ({name}); each query's own key off in 3 of 3: that override"
+        " returns no log-sum-exp;" in line
+    )
 
 
 def test_a_chained_override_is_still_called_with_the_reduced_keys_and_put_back(spy: ReduceSpy) -> None:
@@ -452,8 +574,8 @@ def test_custom_settings_on_a_dit_run_as_set(caplog: Any) -> None:
     assert not torch.equal(window, sample(tome_advanced(model, mode="kv", st=2), **ARGS["wan"]))
     assert tome_lines(caplog)[0] == (
         "INFO",
-        f"{HEAD} (custom settings): keys/values subsampled (each query's own key kept) in 1 of 3 blocks, text and reference tokens whole;"
-        " at 64\u00d764, 17 frames",
+        f"{HEAD} (custom settings): keys/values subsampled (each query's own key kept) in 1 of 3 blocks, text and reference tokens whole,"
+        " attention by PyTorch; at 64\u00d764, 17 frames",
     )
 
 
@@ -469,7 +591,7 @@ def test_flux_blocks_merged_whole_are_named_in_the_log(caplog: Any) -> None:
         (
             "INFO",
             f"{HEAD} (custom settings): generated tokens merged in 2 and keys/values subsampled (each query's own key"
-            " kept) in 2 of 4 blocks, text and reference tokens whole; at 128\u00d7128",
+            " kept) in 2 of 4 blocks, text and reference tokens whole, attention by PyTorch; at 128\u00d7128",
         )
     ]
     assert torch.equal(sample(model), reference) and untouched(dm(model))
@@ -617,3 +739,11 @@ def test_the_flux_example_workflow_puts_the_tome_node_between_the_model_and_its_
     assert links[tome["inputs"][0]["link"]][1] == next(n["id"] for n in nodes.values() if n["type"] == "UNETLoader")
     assert links[sampler["inputs"][0]["link"]][1] == tome["id"]
     assert tome["widgets_values"] == [tome_core.get_preset(tome_core.DEFAULT_PRESET).label]
+
+
+def test_a_wan22_5b_is_told_from_the_14b_for_its_figures() -> None:
+    """Issue 58: ComfyUI's Wan 2.2 TI2V 5B (48 latent channels into its patch embedding) reads the 5B's rows of the
+    speed table in the log, a 14B (16 channels, 36 for image-to-video) Wan's; both run Wan's presets."""
+    assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=48), "wan") == "wan22-5b"
+    assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=16), "wan") == "wan"
+    assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=48), "flux") == "flux"

@@ -96,11 +96,10 @@ def expected(name: str, family: str) -> list[str]:
 
 def rows(table: str, family: str) -> dict[str, list[str]]:
     """preset -> its row's cells after the family label, for one family's rows (columns two or more spaces apart)."""
-    label = FAMILY_LABELS[family] + " "
     out = {}
     for line in table.splitlines():
-        if line.startswith(label):
-            cells = re.split(r"\s{2,}", line.strip())
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0].rsplit(" ", 1)[0] == FAMILY_LABELS[family]:  # "HunyuanVideo 1.5 ..." is not "HunyuanVideo"
             out[cells[1]] = cells[2:]
     return out
 
@@ -156,3 +155,29 @@ def test_the_ipython_form_is_the_table() -> None:
     printer = Printer()
     presets()._repr_pretty_(printer, False)  # type: ignore[attr-defined]
     assert printer.texts == [tome_core.presets_table()]
+
+
+#: Sizes people generate at with each diffusion transformer family (issue 58): width, height, frames.
+USERS_SIZES = {
+    "flux": [(512, 512, 1), (768, 1344, 1), (1344, 768, 1), (896, 1152, 1), (1024, 1024, 1)],
+    "chroma": [(512, 512, 1), (768, 1344, 1), (1024, 1024, 1)],
+    "flux2": [(512, 512, 1), (768, 1344, 1), (1024, 1024, 1)],
+    "qwen": [(512, 512, 1), (1328, 1328, 1), (1664, 928, 1), (928, 1664, 1)],
+    "zimage": [(512, 512, 1), (1024, 1024, 1), (1536, 1536, 1)],
+    "lumina2": [(512, 512, 1), (1024, 1024, 1)],
+    "sd3": [(512, 512, 1), (1024, 1024, 1)],
+    "wan": [(320, 320, 9), (480, 480, 17), (832, 480, 33), (832, 480, 49), (1280, 720, 33), (1280, 704, 121)],
+}
+
+
+@pytest.mark.parametrize("family", list(USERS_SIZES))
+def test_the_sizes_people_generate_at_get_a_figure_not_a_bound(family: str) -> None:
+    """Issue 58: the speed table holds each diffusion transformer family from 512x512 (Wan: a 320x320, 9-frame clip)
+    to its large sizes, so a Flux at 512x512 or a Wan at 320x320 and 9 frames reads the table's or an interpolated
+    figure for each preset, not the smallest size's marked "at most"."""
+    for size in USERS_SIZES[family]:
+        for preset in presets():
+            found = tome_core.figures.speed(family, preset.name, *size)
+            assert found is not None and found.exact, (family, size, preset.name, found)
+            words = tome_core.words.speed_words(preset, family, size)
+            assert words.startswith("about ") and "at most" not in words and "at least" not in words, words

@@ -150,7 +150,7 @@ class GraphCounter:
         return gm.forward
 
 
-@pytest.mark.parametrize("name", ["flux", "wan", "qwen", "sd3"])
+@pytest.mark.parametrize("name", ["flux", "wan", "wan22-i2v", "qwen", "sd3"])
 def test_compiled_fullgraph_one_graph_per_sampling_equal_to_eager(name: str, fresh_dynamo: None) -> None:
     tiny = TINY[name]()
     model = tiny.build()
@@ -212,8 +212,8 @@ def test_each_query_attends_to_the_kept_keys_and_its_own(
     seen: list[tuple[torch.Tensor, ...]] = []
     attend = AttentionHook.attend
 
-    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any) -> Any:
-        out = attend(hook, state, q, k, v, mask, scale)
+    def spy(hook: AttentionHook, state: Any, q: Any, k: Any, v: Any, mask: Any, scale: Any, kernel: Any = None) -> Any:
+        out = attend(hook, state, q, k, v, mask, scale, kernel)
         seen.append((q, k, v, mask, out, state.draw))
         return out
 
@@ -436,10 +436,9 @@ def test_each_step_keeps_another_token_of_each_cell_and_cond_and_uncond_the_same
     one step the same, and over eight steps more than one slot."""
     model = tiny.build()
     name = next(k for k in ("timestep", "timesteps", "t") if k in tiny.inputs(0))
-    start = float(tiny.inputs(0)[name].reshape(-1)[0])
     slots = []
     for fraction in (1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125):
-        timestep = torch.full_like(tiny.inputs(0)[name], start * 2 * fraction)
+        timestep = tiny.inputs(0)[name] * (2 * fraction)  # Wan 2.2 image-to-video's first frame: 0 at every step
         with KeysSeen() as seen:
             run(model, tiny, **{name: timestep})
         full = seen.keys[tiny.first]
@@ -454,6 +453,38 @@ def test_each_step_keeps_another_token_of_each_cell_and_cond_and_uncond_the_same
         tome_core.remove_patch(model)
         slots.append(slot % 4)
     assert len(set(slots)) > 1, slots
+
+
+@pytest.mark.parametrize("per", ["token", "frame"])
+def test_a_timestep_per_token_or_frame_draws_the_steps_slot_not_the_kept_first_frames(per: str) -> None:
+    """Wan 2.2 TI2V 5B's image-to-video gives the first latent frame (the reference image) timestep 0 at every step:
+    diffusers' pipelines with `expand_timesteps` one per token [B, F*H*W], ComfyUI's and Forge Neo's Wan 2.2 one per
+    latent frame [B, F]. The draw follows the step's timestep (the noisy tokens'), as a [B] timestep t draws, so it
+    still changes from step to step, the same for cond and uncond."""
+    cells = H * W if per == "token" else 1
+    slots = []
+    for t in (999.0, 937.5, 875.0, 750.0, 625.0, 500.0, 250.0, 125.0):
+        timestep = dit_models.expanded_timestep(t, 2, 5, cells)
+        slot = int(draw_slot(timestep))
+        assert slot == int(draw_slot(torch.full((2,), t)))
+        slots.append(slot % 4)
+    assert len(set(slots)) > 1, slots
+
+
+def test_a_bare_wan22_image_to_video_reads_its_step_window_from_the_noisy_tokens() -> None:
+    """A bare Wan 2.2 TI2V 5B (no pipeline, no `set_step`) with a window over the first half of the steps reduces at
+    t=900 and not at t=100, though its first frame's tokens get 0 at both."""
+    tiny = TINY["wan22-i2v"]()
+    model = tiny.build()
+    layout = tome_core.find_layout(model)
+    assert layout is not None and layout.family == "wan"
+    applied = []
+    for t in (900.0, 100.0):
+        tome_core.apply_patch(model, sx=2, sy=2, step_end=0.5)
+        run(model, tiny, timestep=dit_models.expanded_timestep(t, 1, dit_models.FRAMES, H * W))
+        applied.append(tome_core.stats(model).applied)  # type: ignore[union-attr]
+        tome_core.remove_patch(model)
+    assert applied[0] > 0 and applied[1] == 0, applied
 
 
 def test_every_slot_keeps_one_token_per_cell_and_the_slots_cover_the_grid() -> None:

@@ -238,3 +238,39 @@ def test_the_step_window_follows_the_pipeline_scheduler() -> None:
     stats = tome_core.stats(pipe)
     assert stats is not None and (stats.unet_calls, stats.active_calls) == (STEPS, STEPS // 2)
     tome_core.remove_patch(pipe)
+
+
+def test_wan22s_two_experts_are_both_reduced_and_both_removed() -> None:
+    """Issue 58: Wan 2.2 14B runs a high-noise expert (`transformer`) for the first steps and a low-noise one
+    (`transformer_2`) after `boundary_ratio`; `apply_patch(pipe)` reduces both with the same settings, each counts
+    its own calls, the step window follows the one scheduler across the switch, and `remove_patch(pipe)` leaves
+    the next generation bitwise the unpatched one."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    second = TINY["wan"]().build()
+    with torch.no_grad():
+        for p in second.parameters():
+            p.mul_(0.9)  # another expert: other weights
+    pipe = WanPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        transformer=TINY["wan"]().build(),
+        transformer_2=second,
+        vae=None,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        boundary_ratio=0.5,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    kwargs = _wan()[1]
+    base = generate(pipe, kwargs)
+    tome_core.apply_patch(pipe, preset="balanced", step_start=0.25)
+    out = generate(pipe, kwargs)
+    first, low = tome_core.stats(pipe), tome_core.stats(pipe.transformer_2)
+    assert first is not None and low is not None
+    assert first.unet_calls + low.unet_calls == STEPS and first.unet_calls > 0 and low.unet_calls > 0
+    assert first.active_calls + low.active_calls == STEPS - 1  # one window over both experts' steps
+    assert low.applied == low.selected > 0 and first.applied == first.selected
+    assert not torch.equal(out, base)
+    tome_core.remove_patch(pipe)
+    assert not tome_core.is_patched(pipe.transformer_2)
+    assert torch.equal(generate(pipe, kwargs), base)

@@ -14,9 +14,12 @@ import tome_core
 from tome_core.families import DIT_FAMILIES
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "runs"
+#: The families no panel has measured yet (issue 58): their presets carry no change figure, and the words say so.
+NOT_MEASURED = ("hunyuanvideo", "hunyuanvideo15", "ltx", "ltx2")
+MEASURED = [f.name for f in DIT_FAMILIES if f.name not in NOT_MEASURED]
 #: The panel runs the figures come from (the kept token of each cell drawn per step, blocks as strong in every family,
 #: each query's own key beside the kept keys weighing as their cells; a later run's rows replace).
-PANELS = tuple(f"2026-11-29-dit-proportional/panel-{f.name}" for f in DIT_FAMILIES)
+PANELS = tuple(f"2026-11-29-dit-proportional/panel-{name}" for name in MEASURED)
 #: The naive port's name in the words users read.
 PORT = "keys/values 2×2 in every block"
 
@@ -32,7 +35,7 @@ def _stand_in_rows() -> dict[str, dict[str, dict]]:
     return rows
 
 
-@pytest.mark.parametrize("family", [f.name for f in DIT_FAMILIES])
+@pytest.mark.parametrize("family", MEASURED)
 def test_each_figure_is_the_panels(family: str) -> None:
     held = {p.name: p.fidelity.get(family) for p in tome_core.presets()}
     measured = _stand_in_rows()[family]
@@ -61,10 +64,16 @@ OVER_THE_STEPS: tuple[str, ...] = ()
 NO_STEP_REFERENCE: tuple[str, ...] = ()
 
 
-@pytest.mark.parametrize("family", [f.name for f in DIT_FAMILIES])
+@pytest.mark.parametrize("family", MEASURED)
 def test_balanced_changes_no_more_than_dropping_steps_for_the_same_time(family: str) -> None:
     held = tome_core.get_preset("balanced").fidelity.get(family)
     if family in NO_STEP_REFERENCE:
         assert held.reference == PORT and held.generation < 1
         return
     assert (held.generation > 1) == (family in OVER_THE_STEPS), (family, held)
+
+
+@pytest.mark.parametrize("family", NOT_MEASURED)
+def test_a_family_not_measured_has_no_figure_and_its_words_say_so(family: str) -> None:
+    assert all(p.fidelity.get(family) is None for p in tome_core.presets())
+    assert "its change not measured yet" in tome_core.words.preset_hint("balanced", family)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import tome_bench
-from tome_bench import calibrate, dit_archs, estimate, gpu_job, options
+from tome_bench import calibrate, dit_archs, estimate, gpu_job, kernels, options
 from tome_bench.gpu_job import Case, Device, Job, Stop, Timed
 
 CASE = Case("tiny", 32)
@@ -94,6 +94,9 @@ def test_compiles_come_before_every_timing_and_rows_are_interleaved(tmp_path: Pa
         f"masked attention at {m}" for m in ("Flux.1-dev 1024 px", "Wan 2.1 1.3B 480p")
     ]
     assert all("flash" in c and "rate" in c for c in data["checks"][2:4])
+    # then each kernel library the own key can run under (issue 58), named where it is not installed
+    assert [c.split(":")[0] for c in data["checks"][4:8]] == [name for name, *_ in kernels.LIBRARIES]
+    assert all("not installed here" in c or "not run off a GPU" in c for c in data["checks"][4:8])
     assert row["fields"]["sx"] == 8 and "blocks" in row["merged"]  # what ran, as calibrate rebuilds it
     md = gpu_job.tables(data)
     assert "| fastest | 5.00 (0%) | 1.00x |" in md and "1.11x" in md
@@ -225,10 +228,16 @@ def test_the_speed_table_holds_every_family_preset_and_size_in_order() -> None:
     for r in data["rows"]:
         batch = dits[r["family"]].batch if r["family"] in dits else None
         assert r["source"] == "h200-estimate-2026-11-27" + (f"-batch{batch}" if batch else "")
-        assert r["speedup"] == round(r["speedup"], 3) and 1.0 < r["speedup"] < 5.0
+        # A diffusion transformer at 512 px has too few tokens for the kernels a preset adds to pay: under 1x there.
+        small = r["family"] in dits and r["width"] * r["height"] * r["frames"] < 1024 * 1024
+        assert r["speedup"] == round(r["speedup"], 3) and (0.9 if small else 1.0) < r["speedup"] < 8.0, r
     # the estimate at the sizes the presets were chosen at rises from Quality to Fastest
-    for family, width in {"sd": 1024, "sdxl": 1024, **{f: a.sizes[0][0] for f, a in dits.items()}}.items():
-        at = [r["speedup"] for r in data["rows"] if r["family"] == family and r["width"] == width]
+    chosen = {"sd": (1024, 1024, 1), "sdxl": (1024, 1024, 1)}
+    chosen |= {f: dit_archs.chosen_at(f) for f in dits}
+    for family, size in chosen.items():
+        at = [
+            r["speedup"] for r in data["rows"] if (r["family"], r["width"], r["height"], r["frames"]) == (family, *size)
+        ]
         assert len(at) == len(presets) and at == sorted(at), (family, at)
 
 

@@ -214,7 +214,7 @@ def test_each_preset_changes_the_latent_and_logs_what_ran(family: str, reference
     if LOG:
         line = next(line for line in log_after(mark).splitlines() if f"{head()} ({preset} for {family})" in line)
         assert re.search(
-            rf": keys/values subsampled{OWN} in \d+ of \d+ blocks, text and reference tokens whole; ",
+            rf": keys/values subsampled{OWN} in \d+ of \d+ blocks, text and reference tokens whole, attention by PyTorch; ",
             line,
         )
     graph = graph_for(family)  # the next prompt without the node

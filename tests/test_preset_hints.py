@@ -46,8 +46,11 @@ def figure(family: str, name: str, size: tuple[int, ...], *, first: bool = True)
     if found is None:
         return None
     bound = f"{found.bound} " if found.bound else "about " if first else ""
-    where = f"faster per step at {size[0]}\u00d7{size[1]}" if first else f"in the {size[0]}\u00d7{size[1]} hires pass"
-    return f"{bound}{found.speedup:.2f}\u00d7 {where}"
+    where = f"per step at {size[0]}\u00d7{size[1]}" if first else f"in the {size[0]}\u00d7{size[1]} hires pass"
+    if round(found.speedup, 2) < 1:  # a slowdown (a diffusion transformer on few tokens): said as one, bound swapped
+        bound = {"at most ": "at least ", "at least ": "at most "}.get(bound, bound)
+        return f"{bound}{1 / found.speedup:.2f}\u00d7 slower {where}"
+    return f"{bound}{found.speedup:.2f}\u00d7 {'faster ' if first else ''}{where}"
 
 
 def family_words(name: str, family: str, size: tuple[int, int] | None = None, hires: Any = None) -> str:

@@ -121,3 +121,9 @@ def test_a_transformer_s_note_says_where_queries_did_not_keep_their_own_key() ->
         " alone there)"
     )
     assert explain(PassReport(merged, steps=20)) is None  # a UNet's blocks: no own key to keep
+    # The core says why (issue 58: a kernel that returned no log-sum-exp), and the note passes it on.
+    sage3 = replace(FULL, **dit, modules=(("kv", 3),), own_key_off=(("SageAttention 3 returned no log-sum-exp", 3),))
+    assert explain(PassReport(sage3, steps=20, transformer=True)) == (
+        "subsampled keys/values in 3 of 3 blocks; each query's own key joined the kept keys in 0 of the 3 that"
+        " subsampled them (SageAttention 3 returned no log-sum-exp: the kept keys alone there)"
+    )

@@ -94,8 +94,11 @@ def table_words(family: str, name: str, size: tuple[int, int], *, first: bool = 
     if found is None:
         return None
     bound = f"{found.bound} " if found.bound else "about " if first else ""
-    at = f"faster per step at {size[0]}\u00d7{size[1]}" if first else f"in the {size[0]}\u00d7{size[1]} hires pass"
-    return f"{bound}{found.speedup:.2f}\u00d7 {at}"
+    at = f"per step at {size[0]}\u00d7{size[1]}" if first else f"in the {size[0]}\u00d7{size[1]} hires pass"
+    if round(found.speedup, 2) < 1:  # a slowdown (a diffusion transformer on few tokens): said as one, bound swapped
+        bound = {"at most ": "at least ", "at least ": "at most "}.get(bound, bound)
+        return f"{bound}{1 / found.speedup:.2f}\u00d7 slower {at}"
+    return f"{bound}{found.speedup:.2f}\u00d7 {'faster ' if first else ''}{at}"
 
 
 # ---------------------------------------------------------------------------------------------- figures at the size

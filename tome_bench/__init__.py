@@ -13,6 +13,8 @@
     python -m tome_bench gpu-job      # on a GPU: busy time, wall clocks eager/compiled/CUDA graphs, memory
     python -m tome_bench calibrate OUT/gpu.json --fit    # the GPU estimate's cost model fitted to a GPU job
     python -m tome_bench images --checkpoint FILE         # your checkpoint, unpatched and at each preset: a grid
+    python -m tome_bench attention-profile                # where image queries attend: the trained DiT (trained_dit)
+                                                          # and the DiT stand-ins, per block and noise level
 
 Shared once: `options` (the options, `Options`, result rows, the spread), `run` (variants, round-robin rounds,
 one UNet call), `generate` (pipelines and whole generations), `timing` (the timed call and the clocks), `report`
@@ -43,6 +45,7 @@ JOBS = {
     "gpu-job": "gpu_job",
     "calibrate": "calibrate",
     "images": "images",
+    "attention-profile": "attention_profile",
 }
 #: The flags that chose a job before the jobs (dropped: they name it), and those that still pick one (kept).
 _NAMED = {"--gpu-job": "gpu-job", "--fidelity": "fidelity", "--gpu-estimate": "estimate", "--images": "images"}

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-Size = tuple[int, int, int]  # width, height, frames (1 for an image)
+from tome_bench import dit_inputs
+from tome_bench.dit_inputs import Size
 
 
 @dataclass(frozen=True)
@@ -42,100 +43,31 @@ class DitArch:
         return self.make_inputs(size, self.batch, device, dtype)
 
 
-def _ids(h: int, w: int, axes: int) -> torch.Tensor:
-    """Position ids as the Flux pipelines make them: (0, row, column) or (0, row, column, 0). On the CPU for a
-    meta-device trace: on the meta device nothing could read the grid from them. The rotary embedding made from them
-    then moves to the meta device inside each attention, two copies a GPU run does not have, traced for the
-    unpatched and the patched call alike (Flux.1-dev at 1024 px: 114 of ~4,000 launching operations, ~0.2% of the
-    estimated GPU time)."""
-    ids = torch.zeros(h, w, axes)
-    ids[..., 1] = torch.arange(h).view(-1, 1)
-    ids[..., 2] = torch.arange(w).view(1, -1)
-    return ids.view(h * w, axes)
+# Sizes ordered as the speed table's rows: width, height, frames. Each family's span from 512 px (below it a figure
+# is an "at most" bound) to its largest common size, with the portrait Flux users run (768x1344), so that the
+# sizes people generate at are interpolated between two rows rather than bounded by one.
+_SMALL = (512, 512, 1)
+_PORTRAIT = (768, 1344, 1)
+_SQUARE = (_SMALL, (1024, 1024, 1), (1328, 1328, 1))
+_LARGE = (_SMALL, (1024, 1024, 1), (1536, 1536, 1), (2048, 2048, 1))
+#: Wan: 320x320 9-frame drafts, 480p at 33, 49 and 81 frames, 720p at 33 and 81, and 1280x704 at 121 frames (Wan
+#: 2.2 TI2V 5B's size, priced on the 14B: the table's rows are one architecture's, see `TABLE_ARCH`).
+_VIDEO = (
+    (320, 320, 9),
+    (832, 480, 33),
+    (832, 480, 49),
+    (832, 480, 81),
+    (1280, 704, 121),
+    (1280, 720, 33),
+    (1280, 720, 81),
+)
 
-
-def _packed(channels: int, text: int, text_dim: int, axes: int, pooled: int | None, guidance: bool) -> Callable:
-    """Packed 2x2 patches of a 16x-downsampling latent (Flux.1, Flux.2, Chroma): h = height / 16."""
-
-    def make(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-        h, w = size[1] // 16, size[0] // 16
-        out = {
-            "hidden_states": torch.randn(batch, h * w, channels, device=device, dtype=dtype),
-            "encoder_hidden_states": torch.randn(batch, text, text_dim, device=device, dtype=dtype),
-            "timestep": torch.full((batch,), 0.5, device=device, dtype=dtype),
-            "img_ids": _ids(h, w, axes) if device == "meta" else _ids(h, w, axes).to(device),
-            "txt_ids": torch.zeros(text, axes, device="cpu" if device == "meta" else device),
-            "return_dict": False,
-        }
-        if pooled is not None:
-            out["pooled_projections"] = torch.randn(batch, pooled, device=device, dtype=dtype)
-        if guidance:
-            out["guidance"] = torch.full((batch,), 3.5, device=device, dtype=dtype)
-        return out
-
-    return make
-
-
-def _qwen(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    h, w, text = size[1] // 16, size[0] // 16, 256
-    return {
-        "hidden_states": torch.randn(batch, h * w, 64, device=device, dtype=dtype),
-        "encoder_hidden_states": torch.randn(batch, text, 3584, device=device, dtype=dtype),
-        "encoder_hidden_states_mask": torch.ones(batch, text, device=device, dtype=dtype),
-        "timestep": torch.full((batch,), 0.5, device=device, dtype=dtype),
-        "img_shapes": [[(1, h, w)]] * batch,
-        "return_dict": False,
-    }
-
-
-def _sd3(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    return {
-        "hidden_states": torch.randn(batch, 16, size[1] // 8, size[0] // 8, device=device, dtype=dtype),
-        "encoder_hidden_states": torch.randn(batch, 333, 4096, device=device, dtype=dtype),
-        "pooled_projections": torch.randn(batch, 2048, device=device, dtype=dtype),
-        "timestep": torch.full((batch,), 500.0, device=device, dtype=dtype),
-        "return_dict": False,
-    }
-
-
-def _wan(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    frames = (size[2] - 1) // 4 + 1  # Wan's VAE: the first frame alone, then four per latent frame
-    return {
-        "hidden_states": torch.randn(batch, 16, frames, size[1] // 8, size[0] // 8, device=device, dtype=dtype),
-        "timestep": torch.full((batch,), 500.0, device=device, dtype=dtype),
-        "encoder_hidden_states": torch.randn(batch, 512, 4096, device=device, dtype=dtype),
-        "return_dict": False,
-    }
-
-
-def _zimage(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    """Z-Image's pipeline: one latent [C, 1, H, W] and one caption (its kept tokens) per sample, in lists."""
-    return {
-        "x": [torch.randn(16, 1, size[1] // 8, size[0] // 8, device=device, dtype=dtype) for _ in range(batch)],
-        "t": torch.full((batch,), 0.5, device=device, dtype=dtype),
-        "cap_feats": [torch.randn(256, 2560, device=device, dtype=dtype) for _ in range(batch)],
-        "return_dict": False,
-    }
-
-
-def _lumina2(size: Size, batch: int, device: torch.device | str, dtype: torch.dtype) -> dict[str, Any]:
-    """Lumina 2's pipeline: Gemma's 256 caption tokens and their mask. The mask on the CPU for a meta trace: the model
-    reads the captions' lengths back from it."""
-    return {
-        "hidden_states": torch.randn(batch, 16, size[1] // 8, size[0] // 8, device=device, dtype=dtype),
-        "timestep": torch.full((batch,), 0.5, device=device, dtype=dtype),
-        "encoder_hidden_states": torch.randn(batch, 256, 2304, device=device, dtype=dtype),
-        "encoder_attention_mask": torch.ones(
-            batch, 256, dtype=torch.bool, device="cpu" if device == "meta" else device
-        ),
-        "return_dict": False,
-    }
-
-
-_SQUARE = ((1024, 1024, 1), (1328, 1328, 1))
-_LARGE = ((1024, 1024, 1), (1536, 1536, 1), (2048, 2048, 1))
-_VIDEO = ((832, 480, 81), (1280, 720, 81))
-
+#: HunyuanVideo: 960x544 and 1280x720 at 129 frames (the model card's), 720p at 61; HunyuanVideo 1.5: 480p and 720p
+#: at 121 frames. LTX: 768x512 to 1280x720 at 121 frames (LTX-2: 1920x1088 too).
+HUNYUAN_SIZES = ((960, 544, 129), (1280, 720, 61), (1280, 720, 129))
+HUNYUAN15_SIZES = ((848, 480, 121), (1280, 720, 121))
+LTX_SIZES = ((768, 512, 121), (1216, 704, 121), (1280, 720, 121))
+LTX2_SIZES = ((768, 512, 121), (1280, 720, 121), (1920, 1088, 121))
 #: The full-size public configs (each checkpoint's transformer/config.json).
 DIT_ARCHS: dict[str, DitArch] = {
     arch.name: arch
@@ -157,9 +89,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "guidance_embeds": True,
                 "axes_dims_rope": (16, 56, 56),
             },
-            _packed(64, 512, 4096, 3, 768, True),
+            dit_inputs.packed(64, 512, 4096, 3, 768, True),
             1,
-            _LARGE,
+            (_SMALL, _PORTRAIT, *_LARGE[1:]),
         ),
         DitArch(
             "chroma",
@@ -179,9 +111,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "approximator_hidden_dim": 5120,
                 "approximator_layers": 5,
             },
-            _packed(64, 512, 4096, 3, None, False),
+            dit_inputs.packed(64, 512, 4096, 3, None, False),
             2,
-            _LARGE[:2],
+            (_SMALL, _PORTRAIT, *_LARGE[1:3]),
         ),
         DitArch(
             "flux2-dev",
@@ -200,9 +132,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "mlp_ratio": 3.0,
                 "axes_dims_rope": (32, 32, 32, 32),
             },
-            _packed(128, 512, 15360, 4, None, True),
+            dit_inputs.packed(128, 512, 15360, 4, None, True),
             1,
-            _SQUARE,
+            (_SMALL, _PORTRAIT, *_SQUARE[1:]),
         ),
         DitArch(
             "qwen-image",
@@ -219,9 +151,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "joint_attention_dim": 3584,
                 "axes_dims_rope": (16, 56, 56),
             },
-            _qwen,
+            dit_inputs.qwen,
             1,
-            _SQUARE,
+            (*_SQUARE, (1664, 928, 1)),
         ),
         DitArch(
             "z-image-turbo",
@@ -244,9 +176,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "axes_dims": (32, 48, 48),
                 "axes_lens": (1536, 512, 512),
             },
-            _zimage,
+            dit_inputs.zimage,
             1,
-            _LARGE[:2],
+            _LARGE[:3],
         ),
         DitArch(
             "lumina-image-2",
@@ -268,9 +200,9 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "axes_lens": (300, 512, 512),
                 "cap_feat_dim": 2304,
             },
-            _lumina2,
+            dit_inputs.lumina2,
             1,
-            _LARGE[:2],
+            _LARGE[:3],
         ),
         DitArch(
             "sd35-large",
@@ -291,7 +223,7 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "pos_embed_max_size": 192,
                 "qk_norm": "rms_norm",
             },
-            _sd3,
+            dit_inputs.sd3,
             2,
             _SQUARE,
         ),
@@ -315,7 +247,7 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "eps": 1e-6,
                 "rope_max_seq_len": 1024,
             },
-            _wan,
+            dit_inputs.wan,
             1,
             _VIDEO,
         ),
@@ -339,9 +271,132 @@ DIT_ARCHS: dict[str, DitArch] = {
                 "eps": 1e-6,
                 "rope_max_seq_len": 1024,
             },
-            _wan,
+            dit_inputs.wan,
             1,
             ((832, 480, 81),),
+        ),
+        DitArch(
+            "wan22-5b",
+            "wan",
+            "Wan 2.2 TI2V 5B",
+            "WanTransformer3DModel",
+            {
+                "patch_size": (1, 2, 2),
+                "num_attention_heads": 24,
+                "attention_head_dim": 128,
+                "in_channels": 48,
+                "out_channels": 48,
+                "text_dim": 4096,
+                "freq_dim": 256,
+                "ffn_dim": 14336,
+                "num_layers": 30,
+                "cross_attn_norm": True,
+                "qk_norm": "rms_norm_across_heads",
+                "eps": 1e-6,
+                "rope_max_seq_len": 1024,
+            },
+            dit_inputs.wan22,
+            1,
+            ((832, 480, 81), (1280, 704, 121)),
+        ),
+        DitArch(
+            "hunyuanvideo",
+            "hunyuanvideo",
+            "HunyuanVideo 13B",
+            "HunyuanVideoTransformer3DModel",
+            {
+                "in_channels": 16,
+                "out_channels": 16,
+                "num_attention_heads": 24,
+                "attention_head_dim": 128,
+                "num_layers": 20,
+                "num_single_layers": 40,
+                "num_refiner_layers": 2,
+                "mlp_ratio": 4.0,
+                "patch_size": 2,
+                "patch_size_t": 1,
+                "qk_norm": "rms_norm",
+                "guidance_embeds": True,
+                "text_embed_dim": 4096,
+                "pooled_projection_dim": 768,
+                "rope_theta": 256.0,
+                "rope_axes_dim": (16, 56, 56),
+            },
+            dit_inputs.hunyuan_video,
+            1,
+            HUNYUAN_SIZES,
+        ),
+        DitArch(
+            "hunyuanvideo15",
+            "hunyuanvideo15",
+            "HunyuanVideo 1.5 8.3B",
+            "HunyuanVideo15Transformer3DModel",
+            {
+                "in_channels": 65,
+                "out_channels": 32,
+                "num_attention_heads": 16,
+                "attention_head_dim": 128,
+                "num_layers": 54,
+                "num_refiner_layers": 2,
+                "mlp_ratio": 4.0,
+                "patch_size": 1,
+                "patch_size_t": 1,
+                "qk_norm": "rms_norm",
+                "text_embed_dim": 3584,
+                "text_embed_2_dim": 1472,
+                "image_embed_dim": 1152,
+                "rope_theta": 256.0,
+                "rope_axes_dim": (16, 56, 56),
+            },
+            dit_inputs.hunyuan_video15,
+            2,
+            HUNYUAN15_SIZES,
+        ),
+        DitArch(
+            "ltx-2b",
+            "ltx",
+            "LTX-Video 2B",
+            "LTXVideoTransformer3DModel",
+            {
+                "in_channels": 128,
+                "out_channels": 128,
+                "num_attention_heads": 32,
+                "attention_head_dim": 64,
+                "cross_attention_dim": 2048,
+                "num_layers": 28,
+                "caption_channels": 4096,
+            },
+            dit_inputs.ltx,
+            2,
+            LTX_SIZES,
+        ),
+        DitArch(
+            "ltx-13b",
+            "ltx",
+            "LTX-Video 13B",
+            "LTXVideoTransformer3DModel",
+            {
+                "in_channels": 128,
+                "out_channels": 128,
+                "num_attention_heads": 32,
+                "attention_head_dim": 128,
+                "cross_attention_dim": 4096,
+                "num_layers": 48,
+                "caption_channels": 4096,
+            },
+            dit_inputs.ltx,
+            2,
+            LTX_SIZES,
+        ),
+        DitArch(
+            "ltx2-19b",
+            "ltx2",
+            "LTX-2 19B",
+            "LTX2VideoTransformer3DModel",
+            {},  # diffusers' defaults are LTX-2's published config (48 blocks, 32 x 128 video heads, 32 x 64 audio)
+            dit_inputs.ltx2,
+            2,
+            LTX2_SIZES,
         ),
     )
 }
@@ -362,11 +417,19 @@ DIT_ARCHS["flux-tiny"] = DitArch(
         "pooled_projection_dim": 16,
         "axes_dims_rope": (4, 6, 6),
     },
-    _packed(64, 8, 32, 3, 16, False),
+    dit_inputs.packed(64, 8, 32, 3, 16, False),
     1,
     ((128, 128, 1),),
 )
-#: The architecture whose figures stand for each family in the speed table.
+#: The architecture whose figures stand for each family in the speed table. One per family: the table and
+#: `tome_core.figures` key a figure by family and pixel size alone and interpolate between a family's rows in the
+#: token count, so rows of two architectures under one family would blend them. Wan 2.2 TI2V 5B (`wan22-5b`) is
+#: a Wan to the core (the same class and layout, the same presets) but not the 14B: its VAE's 16x makes a quarter
+#: of the 14B's tokens at one pixel size, at 3072 channels rather than 5120. Its rows under "wan" would sit among
+#: the 14B's at a size the 14B would run at 4x the tokens (1280x704x121 above 720p x81 though fewer tokens), and a
+#: 14B at 720p and 97 frames would be interpolated towards the 5B. So the "wan" rows are the 14B's at every size,
+#: 1280x704x121 included, and the 5B has rows of its own, "wan22-5b" (`tome_core.families.figures_family` tells a
+#: 5B by its 48 latent channels; its presets are Wan's).
 TABLE_ARCH: dict[str, str] = {
     "flux": "flux-dev",
     "chroma": "chroma",
@@ -376,7 +439,27 @@ TABLE_ARCH: dict[str, str] = {
     "lumina2": "lumina-image-2",
     "sd3": "sd35-large",
     "wan": "wan-14b",
+    "hunyuanvideo": "hunyuanvideo",
+    "ltx": "ltx-2b",
+    "ltx2": "ltx2-19b",
+    "wan22-5b": "wan22-5b",  # Wan 2.2 TI2V 5B's own rows (`tome_core.families.FIGURES_FAMILIES`)
 }
+#: Families the table holds no figure for, and why (their words say "not estimated").
+NOT_ESTIMATED = {
+    "hunyuanvideo15": "its forward reads a tensor back (`torch.all(image_embeds == 0)`), which the meta device cannot",
+}
+#: The size each family's presets were chosen at (the video families' at the frame counts they run), else 1024².
+CHOSEN_AT: dict[str, Size] = {
+    "wan": (832, 480, 81),
+    "wan22-5b": (1280, 704, 121),
+    "hunyuanvideo": (1280, 720, 129),
+    "ltx": (768, 512, 121),
+    "ltx2": (1280, 720, 121),
+}
+
+
+def chosen_at(family: str) -> Size:
+    return CHOSEN_AT.get(family, (1024, 1024, 1))
 
 
 def trace_call(arch: DitArch, model: nn.Module, size: Size, apply: Callable[[nn.Module], Any] | None = None) -> Any:
@@ -427,6 +510,7 @@ def estimate_rows(
                     base.flops,
                     found.peak_bytes,
                     base.peak_bytes,
+                    GPUS[gpu].host_us,
                 )
             )
     return out

@@ -32,6 +32,7 @@ from torch import nn
 
 import tome_core
 from tome_bench.archs import natural_latent
+from tome_bench.dit_inputs import ids
 
 #: Logit per unit of cosine similarity at sharpness 1 (the UNet stand-ins' scale, tome_bench.standin).
 LOGIT_SCALE = 8.0
@@ -65,24 +66,16 @@ class Family:
     time_scale: tuple[str, float] | None = None
 
 
-def _pack(latent: torch.Tensor) -> torch.Tensor:
+def pack(latent: torch.Tensor) -> torch.Tensor:
     """[B, C, H, W] -> [B, H/2 * W/2, 4C]: 2x2 patches as tokens, as the Flux, Chroma, Qwen-Image and Flux.2 pipelines
     pack them (Flux.2 patchifies into channels first, then flattens: the same order)."""
     b, c, h, w = latent.shape
     return latent.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
 
 
-def _unpack(tokens: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+def unpack(tokens: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     b, c, h, w = shape
     return tokens.view(b, h // 2, w // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(shape)
-
-
-def _ids(h: int, w: int, axes: int) -> torch.Tensor:
-    """[h * w, axes] position ids (0, row, column[, 0]) of packed image tokens."""
-    ids = torch.zeros(h * w, axes)
-    ids[:, 1] = torch.arange(h).repeat_interleave(w)
-    ids[:, 2] = torch.arange(w).repeat(h)
-    return ids
 
 
 def _per_sample(latent: torch.Tensor, value: float) -> torch.Tensor:
@@ -93,15 +86,15 @@ def _flux(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, 
     """Flux.1 (schnell-like: no guidance embedding): packed tokens, the sigma as the timestep."""
     h, w = latent.shape[-2] // 2, latent.shape[-1] // 2
     out = model(
-        hidden_states=_pack(latent),
+        hidden_states=pack(latent),
         encoder_hidden_states=text,
         pooled_projections=torch.zeros(latent.shape[0], family.config["pooled_projection_dim"]),
         timestep=_per_sample(latent, sigma),
-        img_ids=_ids(h, w, 3),
+        img_ids=ids(h, w, 3),
         txt_ids=torch.zeros(text.shape[1], 3),
         return_dict=False,
     )[0]
-    return _unpack(out, tuple(latent.shape))
+    return unpack(out, tuple(latent.shape))
 
 
 def _chroma(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
@@ -110,15 +103,15 @@ def _chroma(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float
     b, h, w = latent.shape[0], latent.shape[-2] // 2, latent.shape[-1] // 2
     mask = torch.cat([torch.ones(b, text.shape[1]), torch.ones(b, h * w, dtype=torch.bool)], dim=1)
     out = model(
-        hidden_states=_pack(latent),
+        hidden_states=pack(latent),
         timestep=_per_sample(latent, sigma),
         encoder_hidden_states=text,
         txt_ids=torch.zeros(text.shape[1], 3),
-        img_ids=_ids(h, w, 3),
+        img_ids=ids(h, w, 3),
         attention_mask=mask,
         return_dict=False,
     )[0]
-    return _unpack(out, tuple(latent.shape))
+    return unpack(out, tuple(latent.shape))
 
 
 def _flux2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
@@ -128,15 +121,15 @@ def _flux2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float,
     txt_ids = torch.zeros(text.shape[1], 4, dtype=torch.long)
     txt_ids[:, 3] = torch.arange(text.shape[1])
     out = model(
-        hidden_states=_pack(latent),
+        hidden_states=pack(latent),
         timestep=_per_sample(latent, sigma),
         guidance=_per_sample(latent, 4.0),
         encoder_hidden_states=text,
         txt_ids=txt_ids.expand(b, -1, -1),
-        img_ids=_ids(h, w, 4).long().expand(b, -1, -1),
+        img_ids=ids(h, w, 4).long().expand(b, -1, -1),
         return_dict=False,
     )[0]
-    return _unpack(out, tuple(latent.shape))
+    return unpack(out, tuple(latent.shape))
 
 
 def _qwen(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
@@ -144,14 +137,14 @@ def _qwen(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, 
     fills it, and timestep / 1000, the sigma."""
     h, w = latent.shape[-2] // 2, latent.shape[-1] // 2
     out = model(
-        hidden_states=_pack(latent),
+        hidden_states=pack(latent),
         timestep=_per_sample(latent, sigma),
         encoder_hidden_states_mask=None,
         encoder_hidden_states=text,
         img_shapes=[[(1, h, w)]] * latent.shape[0],
         return_dict=False,
     )[0]
-    return _unpack(out, tuple(latent.shape))
+    return unpack(out, tuple(latent.shape))
 
 
 def _sd3(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
@@ -530,7 +523,7 @@ def call(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, t
     return family.feed(model, family, latent, sigma, text)
 
 
-def _inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sample_inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(white noise, a natural-spectrum latent, text states) of one sample."""
     g = torch.Generator().manual_seed(seed)
     shape = (1, *family.latent)
@@ -543,7 +536,7 @@ def _inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torc
 @torch.no_grad()
 def generate(model: nn.Module, family: Family, steps: int, seed: int) -> torch.Tensor:
     """The final latent of a flow-matching Euler sampling of `steps` steps from white noise (sigma 1 -> 0)."""
-    noise, _, text = _inputs(family, seed)
+    noise, _, text = sample_inputs(family, seed)
     x = noise
     sigmas = torch.linspace(1.0, 0.0, steps + 1).tolist()
     for step, (sigma, following) in enumerate(itertools.pairwise(sigmas)):
@@ -555,7 +548,7 @@ def generate(model: nn.Module, family: Family, steps: int, seed: int) -> torch.T
 @torch.no_grad()
 def one_call(model: nn.Module, family: Family, seed: int) -> torch.Tensor:
     """One call at sigma 0.5 from a natural-spectrum latent half noised (the measure of the UNet panels)."""
-    noise, natural, text = _inputs(family, seed)
+    noise, natural, text = sample_inputs(family, seed)
     return call(model, family, 0.5 * noise + 0.5 * natural, 0.5, text)
 
 

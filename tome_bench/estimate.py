@@ -295,8 +295,8 @@ def dit_estimate(write: bool, gpu: str = "h200", families: Sequence[str] = ()) -
     from tome_bench import dit_archs
 
     spec, rows, sources = GPUS[gpu], [], {}
-    head = "| family | size | batch | preset | less GPU time | launching ops added | peak memory (the call's tensors) |"
-    print(head + "\n|---|---|---:|---|---:|---:|---:|")
+    head = "| family | size | batch | preset | less GPU time | launching ops added | host / GPU time (ms) |"
+    print(head + " peak memory (the call's tensors) |\n|---|---|---:|---|---:|---:|---:|---:|")
     for family, name in dit_archs.TABLE_ARCH.items():
         if families and family not in families:
             continue
@@ -308,8 +308,10 @@ def dit_estimate(write: bool, gpu: str = "h200", families: Sequence[str] = ()) -
             for r in dit_archs.estimate_rows(arch, options.preset_names(), gpu, [size]):
                 size_text = f"{size[0]}x{size[1]}" + (f"x{size[2]}" if size[2] > 1 else "")
                 peak = f"{r.peak_ratio:.3f}x ({r.peak_bytes / 2**30:.2f} GiB)"
+                host = f"{r.host_ms:.1f} / {r.gpu_ms:.1f}{'' if r.hidden else ' host-bound'}"
                 print(
-                    f"| {family} | {size_text} | {arch.batch} | {r.variant} | {r.speedup:.3f} | {r.ops_added:+.1%} | {peak} |"
+                    f"| {family} | {size_text} | {arch.batch} | {r.variant} | {r.speedup:.3f} | {r.ops_added:+.1%}"
+                    f" | {host} | {peak} |"
                 )
                 row = {"family": family, "preset": r.variant, "width": size[0], "height": size[1], "frames": size[2]}
                 rows.append(row | {"speedup": round(r.speedup, 3), "source": key})

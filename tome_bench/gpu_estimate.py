@@ -241,8 +241,11 @@ def _is_noop_copy(name: str, args: tuple[Any, ...], out: Any) -> bool:
     return name == "copy" and isinstance(out, torch.Tensor) and args and args[0] is args[1]
 
 
-class _FusedAttention(TorchFunctionMode):
-    """SDPA as one kernel, as on a GPU (flash, cuDNN or memory-efficient), not its math decomposition."""
+class _Fused(TorchFunctionMode):
+    """The operations a GPU runs as one fused kernel where the meta device decomposes them: SDPA (flash, cuDNN or
+    memory-efficient), not its math; `rms_norm` (torch.nn.RMSNorm, F.rms_norm: one `_fused_rms_norm` kernel on CUDA in
+    torch 2.13), not the eight casts and elementwise operations the meta device runs. A model that writes its RMS norm
+    out itself (diffusers' own RMSNorm) launches those operations on a GPU too, and is counted as it runs."""
 
     def __init__(self, record: _Record) -> None:
         super().__init__()
@@ -250,6 +253,8 @@ class _FusedAttention(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func is F.rms_norm:
+            return self.rms_norm(func, args, kwargs)
         if func is not F.scaled_dot_product_attention:
             return func(*args, **kwargs)
         names = ("query", "key", "value")
@@ -277,6 +282,20 @@ class _FusedAttention(TorchFunctionMode):
             self.record.trace.ops.append(TracedOp("attention", "attention", flops, moved))
         return out
 
+    def rms_norm(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One kernel that reads the input (and weight) and writes the output, in the input's dtype."""
+        self.record.muted += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.record.muted -= 1
+        if not self.record.muted:
+            self.record.allocated(out, args)
+            weight = args[2] if len(args) > 2 else kwargs.get("weight")
+            moved = sum(_nbytes(t) for t in (args[0], weight, out))
+            self.record.trace.ops.append(TracedOp("rms_norm", "layer_norm", 0.0, moved))
+        return out
+
 
 def trace(fn: Callable[[], Any]) -> tuple[Trace, Any]:
     """Run `fn()` (on meta tensors: nothing is computed) and record what a GPU would run: (trace, fn's result).
@@ -286,7 +305,7 @@ def trace(fn: Callable[[], Any]) -> tuple[Trace, Any]:
     """
     result_trace = Trace()
     record = _Record(result_trace)
-    with torch.no_grad(), _FusedAttention(record), record:
+    with torch.no_grad(), _Fused(record), record:
         result = fn()
     return result_trace, result
 
@@ -311,6 +330,9 @@ class GpuSpec:
     source: str = ""
     #: The date of the profiles it was fitted to.
     fitted: str = ""
+    #: The host's time per kernel-launching operation in an eager call: Python and PyTorch's dispatch, before the
+    #: kernel reaches the GPU (`host_us_of`). A call whose launches take longer than its kernels waits on the host.
+    host_us: float = 0.0
 
     def op_ms(self, op: TracedOp) -> float:
         t = op.bytes / (self.gbs.get(op.kind, self.gbs["memory"]) * 1e9)
@@ -364,6 +386,7 @@ GPUS: Mapping[str, GpuSpec] = {
         tflops={"matmul": 1679.0, "conv": 626.2, "attention": 338.6},
         gbs=dict(zip(KINDS, (2539.0, 631.5, 5843.0, 2398.0, 326.1, 1746.0, 1795.0, 572.7, 8.2, 1967.0, 687.8))),
         kernel_us=3.34,
+        host_us=7.86,
         source="docs/runs/2026-11-27-h200/gpu.json (fp16, eager, SD1.5 at 512/768/1024 and SDXL at 1024/1536 px, the"
         " presets, references and candidates of the --gpu-job run, disturbed and tomesd rows left out: 51 calls,"
         " median error 5.1%, max 9.1%)",
@@ -384,6 +407,10 @@ GPUS: Mapping[str, GpuSpec] = {
 
 # ---------------------------------------------------------------------------------------------- per preset
 
+#: Where an eager call's launches hide behind its GPU work: the host's launch time at most this share of the GPU
+#: time (host and GPU overlap imperfectly: a call starts on the host alone, and syncs make the GPU wait).
+HIDDEN = 0.8
+
 
 @dataclass(frozen=True)
 class EstimateRow:
@@ -402,6 +429,18 @@ class EstimateRow:
     base_flops: float
     peak_bytes: float = 0.0  # the most memory the call's own tensors held at once (`Trace.peak_bytes`)
     base_peak_bytes: float = 0.0
+    host_us: float = 0.0  # the GPU's host time per launching operation (`GpuSpec.host_us`)
+
+    @property
+    def host_ms(self) -> float:
+        """The host's time to launch this call's operations eagerly (launching operations x `host_us`)."""
+        return self.launching * self.host_us * 1e-3
+
+    @property
+    def hidden(self) -> bool:
+        """Whether the GPU hides the host's launches (`HIDDEN`): then the launching operations a patch adds cost no
+        time in an eager call, whatever their share; else they add to its wall clock."""
+        return self.host_ms <= HIDDEN * self.gpu_ms
 
     @property
     def peak_ratio(self) -> float:
@@ -486,5 +525,5 @@ def estimate_rows(
             for name, tr in traces.items():
                 e = estimate(tr, gpu)
                 figures = (e.gpu_ms, eb.gpu_ms, e.launching, eb.launching, e.kernels, e.flops, eb.flops)
-                rows.append(EstimateRow(arch, size, name, gpu_name, *figures, e.peak_bytes, eb.peak_bytes))
+                rows.append(EstimateRow(arch, size, name, gpu_name, *figures, e.peak_bytes, eb.peak_bytes, gpu.host_us))
     return rows

@@ -315,6 +315,7 @@ class Job:
         if failed is not None:
             raise Stop(failed)
         kernels.time_masked_attention(self.device, self.checks)
+        kernels.check_libraries(self.device, self.checks)
         self.build()
         for case in self.cases:
             if self.left() < self.reserve([case]):

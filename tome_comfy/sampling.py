@@ -45,20 +45,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 import tome_core
+from tome_comfy.attention import LOG_HEAD, AttentionOverride
 from tome_core import TomeConfig, TomeStats
 from tome_core.compat import eager, uncompiled
-from tome_core.families import LAYOUTS, Layout
+from tome_core.families import LAYOUTS, Layout, figures_family
 from tome_core.patch import set_whole_block_guard
 from tome_core.words import FAMILY_LABELS, speed_words
 
 log = logging.getLogger("tome")
-#: How every line a sampling logs starts.
-LOG_HEAD = f"ToMe {tome_core.__version__}"
 
 #: ComfyUI's `comfy.patcher_extension.WrappersMP.OUTER_SAMPLE`: a wrapper around `CFGGuider.outer_sample`.
 OUTER_SAMPLE = "outer_sample"
@@ -114,13 +112,15 @@ FAMILY_CONFIGS: Mapping[str, frozenset[str]] = {
     "lumina2": frozenset({"Lumina2"}),
     "sd3": frozenset({"SD3"}),
     "wan": frozenset({"WAN21_T2V", "WAN22_T2V", "WAN22"}),
+    "hunyuanvideo": frozenset({"HunyuanVideo"}),  # also its I2V and SkyReels configs, which derive from it
+    "ltx": frozenset({"LTXV"}),
 }
 #: Where ComfyUI's attention function looks for another function to run instead
 #: (`comfy.ldm.modules.attention.wrap_attn`, in `transformer_options`).
 ATTENTION_OVERRIDE = "optimized_attention_override"
 #: Pixels per latent cell (spatial, temporal), by the name of the model's latent format class
 #: (`comfy.latent_formats`); every other format: 8 and 4 (the SD, SDXL, Flux and Wan 2.1 VAEs).
-LATENT_SCALE: Mapping[str, tuple[int, int]] = {"Wan22": (16, 4), "ChromaRadiance": (1, 1)}
+LATENT_SCALE: Mapping[str, tuple[int, int]] = {"Wan22": (16, 4), "ChromaRadiance": (1, 1), "LTXV": (32, 8)}
 #: Attention modules another node can replace (`patches_replace`), and the config flag that merges them.
 _REPLACEABLE = (("attn1", "merge_attn", "self-attention"), ("attn2", "merge_crossattn", "cross-attention"))
 
@@ -456,8 +456,9 @@ class _Run:
         raise NotImplementedError
 
     def speed(self) -> str:
-        """ "; about 1.13× faster per step at 1024×1024 (NVIDIA H200, estimated)", "; at 1024×1024" or ""."""
-        words = self.request.speed(self.family, self.size)
+        """ "; about 1.13× faster per step at 1024×1024 (NVIDIA H200, estimated)", "; at 1024×1024" or "": the
+        figures of this model's architecture (`tome_core.families.figures_family`: Wan 2.2 5B's, not the 14B's)."""
+        words = self.request.speed(figures_family(self.unet, self.family), self.size)
         return f"; {words}" if words else ""
 
     def stop(self) -> None:
@@ -552,97 +553,6 @@ class _UNetRun(_Run):
         super().stop()
 
 
-#: ComfyUI's attention functions whose work the core's own attention can take over (PyTorch's kernels or plain
-#: operations). Under SageAttention, xformers or flash-attn (`--use-sage-attention`, ...), or another node's override,
-#: those run with the reduced keys/values instead, and queries do not keep their own key (the log says which ran).
-TORCH_ATTENTION = frozenset({"attention_pytorch", "attention_basic", "attention_split", "attention_sub_quad"})
-
-
-class AttentionOverride:
-    """The attention override ToMe puts in a sampling's `transformer_options` while a diffusion transformer samples:
-    ComfyUI's attention function hands it every call (`override(func, q, k, v, heads, ..., transformer_options=...)`,
-    `func` the function itself); in a block ToMe reduces the core subsamples the keys and values of the generated
-    tokens (`tome_core.reduce_attention`, text and reference tokens whole), then the call goes on with them to the
-    override another node set before ours (`previous`, e.g. a SageAttention patch), else to `func`. Where the core
-    answers the call itself (`tome_core.reduced_attention`: each query's own key joins the kept ones, in every
-    self-attention it reduces, where ComfyUI's function is one of PyTorch's and no other override is set:
-    `TORCH_ATTENTION`), neither runs for it: PyTorch's kernels return the log-sum-exp that needs.
-
-    The sequence dimension follows ComfyUI's layouts: [B, H, L, D] with `skip_reshape` (Flux, NextDiT), else
-    [B, L, H*D] (Wan, Qwen-Image, SD3.5). A mask whose last dimension runs over the keys is subsampled with them.
-    """
-
-    NAMES = ("q", "k", "v", "heads", "mask")
-
-    def __init__(self, model: nn.Module, previous: Callable[..., Any] | None) -> None:
-        # Read, never written, while the model runs: a compiled graph treats them as constants (a counter here
-        # would be a guard that fails at every call).
-        self.model = model
-        self.previous = previous
-
-    def __repr__(self) -> str:
-        return f"tome_AttentionOverride({type(self.model).__name__}, previous={self.previous!r})"
-
-    def __call__(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        given = dict(zip(self.NAMES, args))
-        key = given.get("k", kwargs.get("k"))
-        value = given.get("v", kwargs.get("v"))
-        if "mask" in given:
-            mask = given["mask"]
-        else:
-            mask = kwargs.get("mask")
-        dim = 2 if kwargs.get("skip_reshape") else 1
-        if self.previous is None and getattr(func, "__name__", None) in TORCH_ATTENTION:
-            heads = given.get("heads", kwargs.get("heads"))
-            out = self.own_key_attention(given.get("q", kwargs.get("q")), key, value, heads, mask, kwargs)
-            if out is not None:
-                return out
-        reduced = tome_core.reduce_attention(self.model, key, value, dim, mask)
-        if reduced is not None:
-            key, value, mask = reduced
-            args = (
-                tuple({"k": key, "v": value, "mask": mask}.get(name, arg) for name, arg in zip(self.NAMES, args))
-                + args[len(self.NAMES) :]
-            )
-            for name, new in (("k", key), ("v", value)):
-                if name in kwargs:
-                    kwargs[name] = new
-            if "mask" not in given and "mask" in kwargs:
-                kwargs["mask"] = mask
-        if self.previous is not None:
-            return self.previous(func, *args, **kwargs)
-        return func(*args, **kwargs)
-
-    def own_key_attention(
-        self, query: Any, key: Any, value: Any, heads: Any, mask: Any, kwargs: dict[str, Any]
-    ) -> torch.Tensor | None:
-        """The core's attention with each query's own key (`tome_core.reduced_attention`) from ComfyUI's tensors,
-        [B, H, L, D] with `skip_reshape` (Flux, NextDiT) or [B, L, H*D] (Wan, Qwen-Image, SD3.5; SD3.5's values
-        [B, L, H, D]), and its mask shapes, else None. It runs PyTorch's attention kernels itself (they return the
-        log-sum-exp it needs), in place of the function the call was going to; the output in the layout the call
-        asked for."""
-        if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
-            return None
-        if not kwargs.get("skip_reshape"):
-            # [B, L, H*D], or [B, L, H, D] (SD3.5's values: `mmdit.split_qkv`), viewed as ComfyUI's functions view them
-            if query.dim() != 3 or not isinstance(heads, int) or heads <= 0 or query.shape[-1] % heads:
-                return None
-            if key.shape != query.shape or value.shape[:2] != query.shape[:2] or value.dim() not in (3, 4):
-                return None
-            per_head = value.shape[2] % heads == 0 if value.dim() == 3 else value.shape[2] == heads
-            if not per_head:
-                return None
-            query, key = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (query, key))
-            value = (value if value.dim() == 4 else value.unflatten(-1, (heads, -1))).transpose(1, 2)
-        if isinstance(mask, torch.Tensor) and mask.dim() < 4:  # as ComfyUI's attention functions broadcast it
-            mask = mask.unsqueeze(0) if mask.dim() == 2 else mask
-            mask = mask.unsqueeze(1)
-        out = tome_core.reduced_attention(self.model, query, key, value, mask)
-        if out is None or kwargs.get("skip_output_reshape"):
-            return out
-        return out.transpose(1, 2).flatten(2)
-
-
 class _DitRun(_Run):
     """A diffusion transformer's sampling: the core's patch with the host interceptor, and our attention override
     in this sampling's `transformer_options` (another node's put back afterwards)."""
@@ -710,11 +620,12 @@ class _DitRun(_Run):
         if problem is None:
             log.log(
                 level,
-                "%s %s of %d blocks, text and reference tokens whole%s%s",
+                "%s %s of %d blocks, text and reference tokens whole%s%s%s",
                 head,
                 dit_kinds(stats),
                 stats.total,
                 compiled,
+                dit_attention(stats),
                 self.speed(),
             )
         else:
@@ -738,6 +649,25 @@ def dit_kinds(stats: TomeStats) -> str:
         words["kv"] += " (each query's own key kept)"
     parts = [f"{words[kind]} in {counts[kind]}" for kind in ("attn1", "kv") if counts.get(kind)]
     return " and ".join(parts) or f"keys/values subsampled in {stats.applied}"
+
+
+def dit_attention(stats: TomeStats) -> str:
+    """ ", attention by SageAttention", and where queries did not keep their own key in every block that
+    subsampled keys/values, in how many they did not and why: what ran, from the core's counts
+    (`TomeStats.kernels`, `TomeStats.own_key_off`)."""
+    kernels = stats.kernels
+    if not kernels:
+        return ""
+    ran = kernels[0][0] if len(kernels) == 1 else " and ".join(f"{name} in {n}" for name, n in kernels)
+    words = f", attention by {ran}"
+    counts = dict(stats.modules)
+    if stats.own_key_off and counts.get("own", 0) < counts.get("kv", 0):
+        why = "; ".join(
+            f"{reason}" + (f" ({n})" if len(stats.own_key_off) > 1 else "") for reason, n in stats.own_key_off
+        )
+        off = counts.get("kv", 0) - counts.get("own", 0)
+        words += f"; each query's own key off in {off} of {counts.get('kv', 0)}: {why}"
+    return words
 
 
 def explain_dit(stats: TomeStats) -> str | None:

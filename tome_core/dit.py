@@ -33,10 +33,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
-from tome_core.compat import additive, attention_dtype, attention_lse, eager, is_compiling, static_sizes
+from tome_core.compat import additive, attention_dtype, eager, is_compiling, static_sizes
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
+from tome_core.kernels import LseKernel, pytorch
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_table, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
 
@@ -49,6 +50,7 @@ DIT_FIELDS = frozenset(
     {"mode", "sx", "sy", "st", "step_start", "step_end", "block_start", "block_end", "merge_attn", "seed", "use_rand"}
 )
 MERGE_FIELDS = DIT_FIELDS | {"ratio", "pool_kv"}
+PYTORCH = pytorch()  # the kernel a reduced block runs unless the host hands over another (a frozen value)
 
 
 @dataclass
@@ -180,10 +182,14 @@ def draw_slot(timestep: Any) -> torch.Tensor | None:
     next step: which token of each cell keys/values keep (`kv_table`'s slot, modulo the cells). Subsampling the same
     token every step repeats the same error at every step and a generation adds them up; another token each step
     averages them out (on the first stand-ins of Qwen-Image, SD3.5 and Flux.2 Balanced's whole generation changed
-    0.66-0.70x as much, docs/dit.md). A hash of the timestep made on its device: no read back, the same in a compiled graph."""
+    0.66-0.70x as much, docs/dit.md). A hash of the timestep made on its device: no read back, the same in a compiled graph.
+
+    `timestep`: [B], or one per frame [B, F] (ComfyUI's Wan 2.2) or per token [B, L] (diffusers' Wan pipelines with
+    `expand_timesteps`). Its largest value is the step's: Wan 2.2 TI2V 5B's image-to-video keeps the reference image's
+    frame at timestep 0 at every step, which the first element would hash all generation."""
     if not isinstance(timestep, torch.Tensor) or not timestep.numel():
         return None
-    x = torch.round(timestep.reshape(-1)[0].float() * 4096).long() & 0xFFFFFFFF  # [] distinct per step
+    x = torch.round(timestep.amax().float() * 4096).long() & 0xFFFFFFFF  # [] distinct per step
     for _ in range(2):  # a 32-bit integer hash: every input bit moves the low ones, which pick the slot
         x = ((x >> 16) ^ x) * 0x45D9F3B & 0xFFFFFFFF
     return (x >> 16) ^ x
@@ -204,7 +210,9 @@ def _active(state: DitState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     timestep = timestep_arg(args, kwargs)
     if not isinstance(timestep, torch.Tensor) or not timestep.numel():
         return True
-    value = float(timestep.reshape(-1)[0]) / state.layout.timestep_max  # a bare model's documented read-back
+    # The noisiest token's timestep is the step's: a kept frame (Wan 2.2's reference image) is at 0 at every step.
+    noisiest = timestep.amin() if state.layout.rising else timestep.amax()
+    value = float(noisiest) / state.layout.timestep_max  # a bare model's documented read-back
     return config.active_at(min(max(value if state.layout.rising else 1.0 - value, 0.0), 1.0))
 
 
@@ -227,6 +235,8 @@ class AttentionHook(Hook):
     def reset(self) -> None:
         # Flags the hook sets and never reads (a compiled graph replays each store after its run).
         self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
+        self.kernel = ""  # what ran the reduced attention (`LseKernel.name`, or the host's function)
+        self.own_off = ""  # why its queries did not keep their own key, where they did not
 
     def state(self) -> DitState | None:
         state = getattr(self.model, self.attr, None)
@@ -249,9 +259,20 @@ class AttentionHook(Hook):
         finally:
             state.running = None
 
-    def reduce(self, state: DitState, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+    def reduce(
+        self,
+        state: DitState,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        dim: int,
+        mask: Any = None,
+        kernel: str = "",
+        own_off: str = "",
+    ) -> Any:
         """(key, value, mask) with the keys/values of generated tokens subsampled along `dim` (the sequence), or
-        None when this attention's sequence is not the joint one the layout describes (a cross-attention)."""
+        None when this attention's sequence is not the joint one the layout describes (a cross-attention).
+        `kernel` names what will run the attention on them and `own_off` why without each query's own key (for
+        `TomeStats`; `attend` sets its own)."""
         tokens = state.tokens
         if tokens is None:
             return None
@@ -273,6 +294,10 @@ class AttentionHook(Hook):
         if isinstance(mask, torch.Tensor) and mask.dim() > 0 and int(mask.shape[-1]) == int(key.shape[dim]):
             mask = _take(mask, index, -1)
         self.applied = True
+        if kernel:
+            self.kernel = kernel
+        if own_off and state.own_key:
+            self.own_off = own_off
         return _take(key, index, dim), _take(value, index, dim), mask
 
     def attend(
@@ -283,6 +308,7 @@ class AttentionHook(Hook):
         value: torch.Tensor,
         mask: Any,
         scale: float | None,
+        kernel: LseKernel | None = None,
     ) -> torch.Tensor | None:
         """Self-attention [B, H, L, D] of `query` over the kept keys/values (`reduce`), each standing for its cell,
         and each query's own key and value, from [B, H, L, D] tensors (cast to one dtype as autocast casts
@@ -295,19 +321,27 @@ class AttentionHook(Hook):
         out = lerp(v_own, out_kept, sigmoid(lse_kept + log(cell) - s_own)). The kept keys weigh as the cells they
         stand for (ToMe's proportional attention): counted once, they would leave a query's own key outweighing
         the rest (0.79 for a 0.48 share at 2x2). A query whose own token is kept gets the kept keys' output as it
-        is. Five elementwise kernels beside the attention (six with a mask), no gather."""
+        is. Five elementwise kernels beside the attention (six with a mask), no gather.
+
+        `kernel` runs the kept keys' attention (`tome_core.kernels`: the one the host would have called, SageAttention,
+        flash-attn, xformers; PyTorch's by default); where it returns no log-sum-exp its output stands, without the
+        own key, and the hook records why."""
         tokens = state.tokens
         same = attention_dtype(query, key, value)
         if same is None or tokens is None:
             return None
         query, key, value = same
-        reduced = self.reduce(state, key, value, -2, mask)
+        kernel = kernel or PYTORCH
+        reduced = self.reduce(state, key, value, -2, mask, kernel.name)
         if reduced is None:
             return None
         after = tokens.after_in(int(key.shape[-2]))
         assert after is not None  # reduce checked it
         scale = scale if scale is not None else 1.0 / float(query.shape[-1]) ** 0.5
-        out, lse = attention_lse(query, reduced[0], reduced[1], reduced[2], scale)  # [B, H, L, D], [B, H, L]
+        out, lse = kernel.run(query, reduced[0], reduced[1], reduced[2], scale)  # [B, H, L, D], [B, H, L]
+        if lse is None:
+            self.own_off = f"{kernel.name} returned no log-sum-exp"
+            return out
         bias = _own_bias(state, tokens, after, self.plan, query)  # [L, 1] or [B, 1, L, 1]: per channel
         self.own_key = True
         # [B, H, L] float32: the kept keys' logit over the own key's, the bias summed in with the product's channels
@@ -399,6 +433,8 @@ def _kept(tokens: Tokens, after: int, plan: BlockPlan, device: torch.device) -> 
 
 
 _SDPA_NAMES = ("query", "key", "value", "attn_mask")
+#: Why a scaled_dot_product_attention call ran the kept keys alone (`_own_key_fits` refused it).
+NOT_PLAIN = "its attention call was not a plain self-attention ToMe could run itself"
 
 
 class _SdpaKeys(TorchFunctionMode):
@@ -426,7 +462,9 @@ class _SdpaKeys(TorchFunctionMode):
             if out is not None:
                 return out
         if isinstance(given.get("key"), torch.Tensor) and isinstance(given.get("value"), torch.Tensor):
-            reduced = self.hook.reduce(self.state, given["key"], given["value"], -2, given.get("attn_mask"))
+            reduced = self.hook.reduce(
+                self.state, given["key"], given["value"], -2, given.get("attn_mask"), PYTORCH.name, NOT_PLAIN
+            )
             if reduced is not None:
                 given["key"], given["value"], given["attn_mask"] = reduced
         positional = [given.pop(name) for name in _SDPA_NAMES[: len(args)] if name in given]
@@ -452,25 +490,36 @@ def attend(
     value: torch.Tensor,
     mask: Any = None,
     scale: float | None = None,
+    kernel: LseKernel | None = None,
 ) -> torch.Tensor | None:
     """For a host's own attention interceptor: the attention output [B, H, L, D] from [B, H, L, D] tensors while a
-    block ToMe reduces runs (each query keeps its own key: `AttentionHook.attend`), else None (reduce the
-    keys/values with `reduce` and run the host's attention)."""
+    block ToMe reduces runs (each query keeps its own key: `AttentionHook.attend`, the kept keys' attention run by
+    `kernel`, PyTorch's by default), else None (reduce the keys/values with `reduce` and run the host's attention)."""
     state = getattr(model, attr, None)
     if not isinstance(state, DitState) or state.running is None or not state.own_key:
         return None
     if not _own_key_fits({"query": query, "key": key, "value": value}, {}):
         return None
-    return state.running.attend(state, query, key, value, mask, scale)
+    return state.running.attend(state, query, key, value, mask, scale, kernel)
 
 
-def reduce(model: nn.Module, attr: str, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+def reduce(
+    model: nn.Module,
+    attr: str,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dim: int,
+    mask: Any = None,
+    kernel: str = "",
+    own_off: str = "",
+) -> Any:
     """For a host's own attention interceptor (ComfyUI's attention override): (key, value, mask) subsampled along
-    `dim` when a block ToMe reduces is running, else None (pass them on unchanged)."""
+    `dim` when a block ToMe reduces is running, else None (pass them on unchanged). `kernel` names what runs the
+    attention then, `own_off` why its queries do not keep their own key (`TomeStats.kernels`, `.own_key_off`)."""
     state = getattr(model, attr, None)
     if not isinstance(state, DitState) or state.running is None:
         return None
-    return state.running.reduce(state, key, value, dim, mask)
+    return state.running.reduce(state, key, value, dim, mask, kernel, own_off)
 
 
 # ---------------------------------------------------------------------------------------------- merged blocks
@@ -546,6 +595,7 @@ class MergeHook(Hook):
 
     def reset(self) -> None:
         self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
+        self.kernel = self.own_off = ""  # as AttentionHook's: a merged block runs the model's own attention
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         state = None if self.passthrough else getattr(self.model, self.attr, None)

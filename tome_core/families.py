@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -80,6 +81,10 @@ DIT_FAMILIES: tuple[Family, ...] = (
     Family("lumina2", "Lumina 2", "Lumina Image 2.0"),
     Family("sd3", "SD3.5", "Stable Diffusion 3 and 3.5"),
     Family("wan", "Wan", "Wan 2.1 and 2.2, text- and image-to-video", video=True),
+    Family("hunyuanvideo", "HunyuanVideo", "HunyuanVideo and HunyuanVideo-I2V", video=True),
+    Family("hunyuanvideo15", "HunyuanVideo 1.5", "HunyuanVideo 1.5, text- and image-to-video", video=True),
+    Family("ltx", "LTX-Video", "LTX-Video 0.9 2B and 13B, text-, image- and video-to-video", video=True),
+    Family("ltx2", "LTX-2", "LTX-2, its video stream (the audio stream is never reduced)", video=True),
 )
 
 
@@ -368,6 +373,127 @@ def _comfy_wan_extra(kwargs: dict[str, Any], frame: int) -> tuple[int, int]:
     return (frame if kwargs.get("reference_latent") is not None else 0), after
 
 
+def _video_patch(model: nn.Module) -> tuple[int, int, int]:
+    """(frames, rows, columns) of one patch: a (t, h, w) patch size (Wan, ComfyUI's HunyuanVideo), or a spatial one
+    with diffusers' `patch_size_t` beside it (HunyuanVideo, LTX-Video)."""
+    size = _patch(model, (1, 2, 2))
+    if len(size) == 3:
+        return size[0], size[1], size[2]
+    config = getattr(model, "config", None)
+    frames = config.get("patch_size_t") if isinstance(config, dict) else None
+    return int(frames or 1), size[-1], size[-1]
+
+
+def _video_grid(x: Any, patch: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    """The patch grid of a video latent [B, C, F, H, W], a ragged edge padded to whole patches."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 5:
+        return None
+    t, h, w = (-(-int(n) // p) for n, p in zip(x.shape[-3:], patch))
+    return t, h, w
+
+
+def _first_kept(before: int, grid: tuple[int, int, int], after: int | None) -> Tokens:
+    """`before` tokens, the grid, `after` tokens, the grid's first frame kept whole with the `before` tokens: a causal
+    video VAE encodes it from one frame where the others hold four or eight, and image-to-video puts the reference
+    image there (HunyuanVideo-I2V replaces its tokens, LTX's pipelines keep them at timestep 0)."""
+    t, h, w = grid
+    if t > 1:
+        return Tokens(before + h * w, (t - 1, h, w), after)
+    return Tokens(before, grid, after)
+
+
+def _hunyuan_video(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' HunyuanVideo: the video latent's patch tokens first, then the refined text (its padding masked
+    by the model)."""
+    grid = _video_grid(_arg(args, kwargs, 0, "hidden_states"), _video_patch(model))
+    text = _length(_arg(args, kwargs, 2, "encoder_hidden_states"))
+    return None if grid is None or text is None else _first_kept(0, grid, text)
+
+
+def _hunyuan_video15(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' HunyuanVideo 1.5: the video latent's patch tokens first, then the conditions the model joins per
+    sample (the image embedding's tokens, ByT5's, the text's; valid ones first, padding masked)."""
+    grid = _video_grid(_arg(args, kwargs, 0, "hidden_states"), _video_patch(model))
+    lengths = [_length(_arg(args, kwargs, i, name)) for i, name in _HUNYUAN15_CONDITIONS]
+    if grid is None or any(n is None for n in lengths):
+        return None
+    return _first_kept(0, grid, sum(n for n in lengths if n is not None))
+
+
+#: diffusers' HunyuanVideo 1.5 forward: (position, keyword) of each condition joined after the video tokens.
+_HUNYUAN15_CONDITIONS = ((2, "encoder_hidden_states"), (5, "encoder_hidden_states_2"), (7, "image_embeds"))
+
+
+def _ltx_diffusers(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """diffusers' LTX-Video and LTX-2: packed video tokens [B, L, C] alone in self-attention (the text is
+    cross-attention's; LTX-2's audio is a stream of its own, never reduced). `num_frames`, `height` and `width` (the
+    latent's) place the generated grid first; what LTX-2's pipelines append after it (keyframes, IC-LoRA's reference
+    video) stays whole. Without them (LTX-Video's condition pipeline) `video_coords` place it after the conditions
+    that pipeline puts ahead of it."""
+    length = _length(_arg(args, kwargs, 0, "hidden_states"))
+    if length is None:
+        return None
+    sizes = [kwargs.get(name) for name in ("num_frames", "height", "width")]
+    if all(isinstance(n, int) for n in sizes):
+        grid = tuple(-(-int(n) // p) for n, p in zip(sizes, _video_patch(model)))
+        before = 0
+    else:
+        coords = kwargs.get("video_coords")
+        if not isinstance(coords, torch.Tensor) or coords.dim() != 3:
+            return None
+        found = _read_once(memo, coords, _read_coords_grid)
+        if found is None:
+            return None
+        before, grid = found[0], found[1:]
+    t, h, w = grid
+    after = length - before - t * h * w
+    return None if after < 0 or t * h * w == 0 else _first_kept(before, (t, h, w), after)
+
+
+def _read_coords_grid(coords: torch.Tensor) -> tuple[int, int, int, int] | None:
+    """(offset, frames, rows, columns) of the generated video among tokens at `coords` [B, 3, L] (frame, row,
+    column; LTX-Video's condition pipeline): its first token is the last one at the origin (the conditions ahead of
+    it start at a later frame), its first frame the tokens from there at frame 0, its first row those at row 0."""
+    flat = coords[0]
+    length = int(flat.shape[-1])
+    index = torch.arange(length, device=flat.device)
+    start = torch.where((flat == 0).all(dim=0), index, -1).amax()
+    frame = (flat[0] == 0) & (index >= start)
+    row = frame & (flat[1] == 0)
+    offset, cells, columns = (int(v) for v in torch.stack([start, frame.sum(), row.sum()]).to("cpu"))
+    if offset < 0 or columns == 0 or cells % columns or (length - offset) % cells:
+        return None
+    return offset, (length - offset) // cells, cells // columns, columns
+
+
+def _comfy_hunyuan(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """ComfyUI's HunyuanVideo: a reference latent's tokens first (`ref_latent`), then the latent's [B, C, T, H, W],
+    then the text and, where the model has its ByT5 mapper, the glyph text (`txt_byt5`)."""
+    patch = _video_patch(model)
+    grid = _video_grid(_arg(args, kwargs, 0, "x"), patch)
+    text = _length(_arg(args, kwargs, 2, "context"))
+    if grid is None or text is None:
+        return None
+    if getattr(model, "byt5_in", None) is not None:
+        text += _length(_arg(args, kwargs, 4, "txt_byt5")) or 0
+    ref = _video_grid(kwargs.get("ref_latent"), patch)
+    return _first_kept(math.prod(ref) if ref is not None else 0, grid, text)
+
+
+def _comfy_ltxv(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], memo: Any) -> Tokens | None:
+    """ComfyUI's LTXV: the video latent's [B, C, F, H, W] tokens (patch 1) alone in self-attention; the guide frames
+    LTXVAddGuide appends to the latent in time are its last `keyframe_idxs` [B, 3, K] tokens, kept whole."""
+    grid = _video_grid(_arg(args, kwargs, 0, "x"), (1, 1, 1))
+    if grid is None:
+        return None
+    t, h, w = grid
+    keyframes = kwargs.get("keyframe_idxs")
+    after = int(keyframes.shape[2]) if isinstance(keyframes, torch.Tensor) and keyframes.dim() == 3 else 0
+    if after % (h * w) or after >= t * h * w:
+        return None
+    return _first_kept(0, (t - after // (h * w), h, w), after)
+
+
 # ---------------------------------------------------------------------------------------------- the layouts
 
 _FLUX_STACKS_DIFFUSERS = ("transformer_blocks", "single_transformer_blocks")
@@ -459,6 +585,49 @@ LAYOUTS: tuple[Layout, ...] = (
         _video(True, "hidden_states", _no_extra),
         1000.0,
     ),
+    # HunyuanVideo: the video first, the text last; double-stream blocks, then (1.0) single-stream ones.
+    Layout(
+        "hunyuanvideo",
+        "diffusers",
+        "diffusers.",
+        ("HunyuanVideoTransformer3DModel",),
+        _FLUX_STACKS_DIFFUSERS,
+        "attn",
+        _hunyuan_video,
+        1000.0,
+    ),
+    Layout(
+        "hunyuanvideo15",
+        "diffusers",
+        "diffusers.",
+        ("HunyuanVideo15Transformer3DModel",),
+        ("transformer_blocks",),
+        "attn",
+        _hunyuan_video15,
+        1000.0,
+    ),
+    # LTX: self-attention over the video tokens in `attn1` (cross-attention to the text in `attn2`, and LTX-2's audio
+    # in modules of their own, never hooked).
+    Layout(
+        "ltx",
+        "diffusers",
+        "diffusers.",
+        ("LTXVideoTransformer3DModel",),
+        ("transformer_blocks",),
+        "attn1",
+        _ltx_diffusers,
+        1000.0,
+    ),
+    Layout(
+        "ltx2",
+        "diffusers",
+        "diffusers.",
+        ("LTX2VideoTransformer3DModel",),
+        ("transformer_blocks",),
+        "attn1",
+        _ltx_diffusers,
+        1000.0,
+    ),
     # ComfyUI: the attention function reads transformer_options' attention override (the adapter's).
     Layout(
         "flux",
@@ -512,6 +681,26 @@ LAYOUTS: tuple[Layout, ...] = (
         "self_attn",
         _video(True, "x", _comfy_wan_extra),
         1000.0,
+    ),
+    Layout(
+        "hunyuanvideo",
+        "ComfyUI",
+        "comfy.ldm.hunyuan_video",
+        ("HunyuanVideo",),
+        _FLUX_STACKS,
+        None,
+        _comfy_hunyuan,
+        1000.0,
+        when=lambda model: len(_patch(model, (1, 2, 2))) == 3,  # HunyuanImage 2.1 runs on its blocks in 2-D
+    ),
+    Layout(
+        "ltx",
+        "ComfyUI",
+        "comfy.ldm.lightricks",
+        ("LTXVModel",),
+        ("transformer_blocks",),
+        "attn1",
+        _comfy_ltxv,
     ),
     # Forge Neo: SDPA inside `backend.attention.attention_function`. Its Flux.1 class also builds Flux.2 (with the
     # modulation shared by every block: `global_modulation`).
@@ -580,6 +769,21 @@ LAYOUTS: tuple[Layout, ...] = (
 def find_layout(module: nn.Module) -> Layout | None:
     """The description of `module`'s class, or None when ToMe does not know it as a diffusion transformer."""
     return next((layout for layout in LAYOUTS if layout.matches(module)), None)
+
+
+#: Architectures a family's presets cover whose speed-ups are their own (another number of tokens at one pixel
+#: size): the key of their rows in the speed table (`tome_core.figures`), by preset family. Wan 2.2 TI2V 5B: a Wan
+#: to the presets, but its 16x VAE (48 latent channels) makes a quarter of the 14B's tokens at 3072 channels.
+FIGURES_FAMILIES: Mapping[str, str] = MappingProxyType({"wan22-5b": "wan"})
+
+
+def figures_family(module: nn.Module, family: str) -> str:
+    """The speed table's family for `module`, whose presets are `family`'s: "wan22-5b" for a Wan whose patch
+    embedding takes 48 channels (diffusers' and ComfyUI's Wan 2.2 TI2V 5B), else `family`."""
+    embed = getattr(module, "patch_embedding", None)
+    if family == "wan" and getattr(embed, "in_channels", None) == 48:
+        return "wan22-5b"
+    return family
 
 
 def family(name: str) -> Family:

@@ -51,6 +51,7 @@ from tome_core.dit import reduce as reduce_dit
 from tome_core.dit import remove as remove_dit
 from tome_core.families import family, find_layout, handled
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
+from tome_core.kernels import LseKernel
 from tome_core.merge import (
     BandMatch,
     BandMerge,
@@ -155,7 +156,9 @@ class TomeStats:
     extension may replace the attention and skip the module). `applied`: blocks that really merged tokens (or
     pooled keys/values), and `modules` the same per kind of module: ("kv", n) self-attention pooled its keys/values
     in n blocks, ("attn1", n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on
-    merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them.
+    merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them,
+    `kernels` what ran the reduced attention ("PyTorch attention", "SageAttention", another node's override) in how
+    many blocks, and `own_key_off` why the others' queries did not keep their own key.
     `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
     `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
     their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
@@ -175,6 +178,8 @@ class TomeStats:
     levels: frozenset[int]  # the levels the config merges or pools at
     block_levels: frozenset[int]  # the levels that hold transformer blocks
     modules: tuple[tuple[str, int], ...] = ()  # (kind, blocks) for each kind of module that merged or pooled
+    kernels: tuple[tuple[str, int], ...] = ()  # DiT: (what ran the reduced attention, blocks)
+    own_key_off: tuple[tuple[str, int], ...] = ()  # DiT: (why queries did not keep their own key, blocks)
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -204,6 +209,17 @@ def find_model(model: Any) -> nn.Module:
         if find_layout(candidate) is not None or _is_unet(candidate):
             return candidate
     raise TypeError(_not_handled(model))
+
+
+def _second_expert(model: Any, first: nn.Module) -> list[nn.Module]:
+    """A diffusers pipeline's second diffusion transformer (`transformer_2`: Wan 2.2 14B's low-noise expert beside
+    the high-noise `transformer`), which the pipeline calls for the later steps: patched, counted and removed with
+    the first, with the same settings. Empty for anything else."""
+    second = getattr(model, "transformer_2", None)
+    if model is first or not isinstance(second, nn.Module):
+        return []
+    second = uncompiled(second)
+    return [second] if second is not first and find_layout(second) is not None else []
 
 
 def find_unet(model: Any) -> nn.Module:
@@ -303,6 +319,9 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
 
     A UNet compiled with torch.compile, before or after the patch, runs merged: the patch goes on the module the
     compiled wrapper runs, and its graph traces again once (see the README's "With torch.compile").
+
+    A diffusers pipeline with two diffusion transformers (Wan 2.2 14B: `transformer` for the high-noise steps,
+    `transformer_2` for the low-noise ones) gets both patched with the same settings, and `remove_patch` removes both.
     """
     if config is not None and not isinstance(config, TomeConfig):
         raise TypeError(f"config must be a TomeConfig, got {type(config).__name__}")
@@ -312,12 +331,17 @@ def apply_patch(model: Any, config: TomeConfig | None = None, /, *, preset: str 
     pipeline = _ref(model) if hasattr(getattr(model, "scheduler", None), "timesteps") else None
     layout = find_layout(unet)
     if layout is not None:
-        if preset is not None:
-            config = get_preset(preset).config(layout.family)
-        config = TomeConfig.from_dict(fields, base=config or TomeConfig(mode="kv"))
-        check_dit_config(config, type(unet).__name__, layout, unet)
+        plans = []
+        for module in (unet, *_second_expert(model, unet)):
+            found_layout = find_layout(module)
+            assert found_layout is not None
+            base = get_preset(preset).config(found_layout.family) if preset is not None else config
+            module_config = TomeConfig.from_dict(fields, base=base or TomeConfig(mode="kv"))
+            check_dit_config(module_config, type(module).__name__, found_layout, module)
+            plans.append((module, found_layout, module_config))
         remove_patch(model)
-        apply_dit(unet, layout, config, pipeline, STATE_ATTR)
+        for module, found_layout, module_config in plans:
+            apply_dit(module, found_layout, module_config, pipeline, STATE_ATTR)
         return model
     found = _walk(unet)
     if not found:
@@ -354,12 +378,13 @@ def check_config(model: Any, config: TomeConfig) -> None:
 def remove_patch(model: Any) -> Any:
     """Remove our patch from `model`'s UNet, restoring it exactly; a no-op when it is not patched."""
     unet = find_model(model)
-    state = unet.__dict__.pop(STATE_ATTR, None)
-    if isinstance(state, DitState):
-        remove_dit(state)
-    elif state is not None:
-        state.call = None
-        uninstall(state)
+    for module in (unet, *_second_expert(model, unet)):
+        state = module.__dict__.pop(STATE_ATTR, None)
+        if isinstance(state, DitState):
+            remove_dit(state)
+        elif state is not None:
+            state.call = None
+            uninstall(state)
     return model
 
 
@@ -396,17 +421,21 @@ def set_step(model: Any, step: int | None, total: int | None) -> None:
     step window reads the timestep back instead (one host synchronisation per call on a GPU, outside any
     compiled graph).
     """
-    state = find_model(model).__dict__.get(STATE_ATTR)
-    if state is None:
-        return
-    if step is None or total is None or total <= 0:
-        state.step = None
-    else:
-        state.step = (int(step), int(total))
+    unet = find_model(model)
+    for module in (unet, *_second_expert(model, unet)):
+        state = module.__dict__.get(STATE_ATTR)
+        if state is None:
+            continue
+        if step is None or total is None or total <= 0:
+            state.step = None
+        else:
+            state.step = (int(step), int(total))
 
 
 def stats(model: Any) -> TomeStats | None:
-    """What the patch on `model` did since it was applied or since `reset_stats`; None when it is not patched."""
+    """What the patch on `model` did since it was applied or since `reset_stats`; None when it is not patched. For
+    a pipeline with two experts (Wan 2.2 14B), the first's (`transformer`): ask `stats(pipe.transformer_2)` for the
+    second's."""
     state = find_model(model).__dict__.get(STATE_ATTR)
     if state is None:
         return None
@@ -439,6 +468,8 @@ def _dit_stats(state: DitState) -> TomeStats:
     pooled = sum(1 for h in hooks if h.applied and h.plan.kind == "kv")
     merged = applied - pooled
     own = sum(1 for h in hooks if h.applied and h.own_key)  # a merged block's hook never sets it
+    kernels = Counter(h.kernel for h in hooks if h.applied and h.kernel)
+    off = Counter(h.own_off for h in hooks if h.applied and h.own_off and not h.own_key)
     return TomeStats(
         mode=state.config.mode,
         total=len(state.table.blocks),
@@ -455,6 +486,8 @@ def _dit_stats(state: DitState) -> TomeStats:
         modules=tuple(
             (name, count) for name, count in (("kv", pooled), ("own", own), ("attn1", merged), ("ff", merged)) if count
         ),
+        kernels=tuple(sorted(kernels.items())),
+        own_key_off=tuple(sorted(off.items())),
     )
 
 
@@ -475,12 +508,14 @@ def set_whole_block_guard(model: Any, guard: Callable[[Mapping[str, Any], range]
 
 def reset_stats(model: Any) -> None:
     """Start counting afresh (the WebUI does so at the start of each sampling pass)."""
-    state = find_model(model).__dict__.get(STATE_ATTR)
-    if state is None:
-        return
-    state.unet_calls = state.active_calls = 0
-    for block in state.hooks if isinstance(state, DitState) else state.blocks:
-        block.reset()
+    unet = find_model(model)
+    for module in (unet, *_second_expert(model, unet)):
+        state = module.__dict__.get(STATE_ATTR)
+        if state is None:
+            continue
+        state.unet_calls = state.active_calls = 0
+        for block in state.hooks if isinstance(state, DitState) else state.blocks:
+            block.reset()
 
 
 def set_attention_interceptor(model: Any, interceptor: str) -> None:
@@ -494,11 +529,21 @@ def set_attention_interceptor(model: Any, interceptor: str) -> None:
         state.interceptor = interceptor
 
 
-def reduce_attention(model: Any, key: torch.Tensor, value: torch.Tensor, dim: int, mask: Any = None) -> Any:
+def reduce_attention(
+    model: Any,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dim: int,
+    mask: Any = None,
+    kernel: str = "",
+    own_key_off: str = "",
+) -> Any:
     """For a host's attention override on a patched diffusion transformer: (key, value, mask) with the generated
     tokens' keys/values subsampled along the sequence dimension `dim` while a block ToMe reduces runs, else None
-    (run the attention unchanged). `model` is the diffusion transformer module itself (not looked up per call)."""
-    return reduce_dit(model, STATE_ATTR, key, value, dim, mask)
+    (run the attention unchanged). `model` is the diffusion transformer module itself (not looked up per call).
+    `kernel` names what runs the attention on them and `own_key_off` why its queries do not keep their own key
+    there (what `stats` reports: `TomeStats.kernels`, `TomeStats.own_key_off`)."""
+    return reduce_dit(model, STATE_ATTR, key, value, dim, mask, kernel, own_key_off)
 
 
 def reduced_attention(
@@ -508,11 +553,15 @@ def reduced_attention(
     value: torch.Tensor,
     mask: Any = None,
     scale: float | None = None,
+    kernel: LseKernel | None = None,
 ) -> torch.Tensor | None:
     """For a host's attention override on a patched diffusion transformer (each query keeps its own key beside the
     kept ones): the attention output [B, H, L, D] from [B, H, L, D] tensors (the mask broadcast to [B, H, L, L])
-    while a block ToMe reduces runs, else None: then `reduce_attention` and the host's own attention. Call it first."""
-    return attend_dit(model, STATE_ATTR, query, key, value, mask, scale)
+    while a block ToMe reduces runs, else None: then `reduce_attention` and the host's own attention. Call it first.
+    `kernel` runs the kept keys' attention (`tome_core.kernels`: the SageAttention, flash-attn or xformers function
+    the host would call; PyTorch's by default); where it returns no log-sum-exp, its output is returned as it is and
+    `stats` says the own key was off there and why."""
+    return attend_dit(model, STATE_ATTR, query, key, value, mask, scale, kernel)
 
 
 def transformer_blocks(model: Any) -> list[tuple[nn.Module, int]]:

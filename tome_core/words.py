@@ -44,11 +44,28 @@ TYPICAL_SIZES: Mapping[str, tuple[int, int, int]] = MappingProxyType(
         "lumina2": (1024, 1024, 1),
         "sd3": (1024, 1024, 1),
         "wan": (832, 480, 81),
+        "hunyuanvideo": (1280, 720, 129),
+        "hunyuanvideo15": (1280, 720, 121),
+        "ltx": (768, 512, 121),
+        "ltx2": (1280, 720, 121),
     }
 )
 #: Blocks a diffusion transformer family has (the full-size public checkpoints), for words without a model.
 DIT_BLOCKS: Mapping[str, int] = MappingProxyType(
-    {"flux": 57, "chroma": 57, "flux2": 56, "qwen": 60, "zimage": 30, "lumina2": 26, "sd3": 38, "wan": 40}
+    {
+        "flux": 57,
+        "chroma": 57,
+        "flux2": 56,
+        "qwen": 60,
+        "zimage": 30,
+        "lumina2": 26,
+        "sd3": 38,
+        "wan": 40,
+        "hunyuanvideo": 60,  # 20 double-stream blocks, 40 single-stream ones
+        "hunyuanvideo15": 54,
+        "ltx": 28,  # LTX-Video 2B (13B: 48)
+        "ltx2": 48,
+    }
 )
 
 Size = tuple[int, int] | tuple[int, int, int]
@@ -221,21 +238,39 @@ def speed_words(preset: Preset | str, family: str, size: Size | None = None, hir
     found = figures.speed(family, name, *first)
     if found is None:
         return ""
-    parts = [f"{_bound(found)}{found.speedup:.2f}\u00d7 faster per step at {_size_text(first)}"]
+    parts = [f"{_bound(found)}{_factor(found)} per step at {_size_text(first)}"]
     sources = [found.source]
     if hires is not None:
         second = figures.speed(family, name, *_size3(hires))
         if second is not None:
-            parts.append(f"{_bound(second, False)}{second.speedup:.2f}\u00d7 in the {_size_text(hires)} hires pass")
+            parts.append(f"{_bound(second, False)}{_factor(second, False)} in the {_size_text(hires)} hires pass")
             sources.append(second.source)
     how = "measured" if all(s.measured for s in sources) else "estimated"
     devices = " and ".join(dict.fromkeys(s.device for s in sources))
     return f"{', '.join(parts)} ({devices}, {how})"
 
 
+def _slower(found: figures.Speed) -> bool:
+    """Whether the figure, as printed, is under 1×: on few tokens (a diffusion transformer at 512×512) the kernels a
+    preset adds can cost more than the attention it saves."""
+    return round(found.speedup, 2) < 1
+
+
+def _factor(found: figures.Speed, first: bool = True) -> str:
+    """ "1.12× faster", or "1.01× slower" where the preset costs time ("0.99× faster" would read as a gain)."""
+    if _slower(found):
+        return f"{1 / found.speedup:.2f}\u00d7 slower"
+    return f"{found.speedup:.2f}\u00d7" + (" faster" if first else "")
+
+
 def _bound(found: figures.Speed, first: bool = True) -> str:
-    """ "at most " / "at least " outside the table's sizes, else "about " before the first figure."""
-    return f"{found.bound} " if found.bound else "about " if first else ""
+    """ "at most " / "at least " outside the table's sizes (swapped for a slowdown: at most 0.99× the speed is at
+    least 1.01× slower), else "about " before the first figure."""
+    if not found.bound:
+        return "about " if first else ""
+    if _slower(found):
+        return {"at most": "at least ", "at least": "at most "}[found.bound]
+    return f"{found.bound} "
 
 
 def preset_hint(
@@ -362,7 +397,7 @@ def _table(listed: tuple[Preset, ...], family: str | None, size: Size | None) ->
         "keys/values 2×2 in every block": "kv 2×2 everywhere",
         "dropping steps for the same time": "fewer steps",
     }
-    rows = [["family", "preset", "chosen for", "faster per step", "change"]]
+    rows = [["family", "preset", "chosen for", "per step", "change"]]
     for name in families:
         at = _size3(size) if size is not None else TYPICAL_SIZES[name]
         for preset in listed:
@@ -370,12 +405,13 @@ def _table(listed: tuple[Preset, ...], family: str | None, size: Size | None) ->
             speed = "-" if found is None else f"{found.speedup:.2f}\u00d7{'' if found.source.measured else '*'}"
             held = preset.fidelity.get(name)
             change = "-" if held is None else f"{_ratio(held):.2f}\u00d7 {short.get(held.reference, held.reference)}"
-            label = f"{FAMILY_LABELS[name]} {_size_text(at)}"
+            label = f"{FAMILY_LABELS[name]} " + "\u00d7".join(map(str, at if at[2] > 1 else at[:2]))
             rows.append([label, preset.name, preset_words(preset), speed, change])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows]
     notes = (
-        "faster per step: one model call at that size on a GPU, unpatched over patched (* estimated, else measured;"
+        "family: at width×height(×frames). per step: how much faster one model call gets at that size on a GPU,"
+        " unpatched over patched (* estimated, else measured;"
         " tome_core.figures). change: how much the final image changes beside the reference the preset is held to"
         " (the same change = 1.00×; - not measured yet). Settings: tome_core.get_preset(name).config(family); use:"
         " apply_patch(model, preset=name)."

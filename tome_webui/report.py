@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tome_core import TomeStats
+from tome_core.dit import NOT_PLAIN
 
 PASS_LABELS: Mapping[str, str] = {"first": "first pass", "hires": "hires pass", "img2img": "img2img"}
 #: The one way torch.compile keeps ToMe's hooks out. A patch changes the patched modules' `forward`, which the guards
@@ -37,7 +38,7 @@ OTHER_KERNEL = (
 
 #: Why a query did not keep its own key in a block that subsampled keys/values (`tome_core.dit.AttentionHook.attend`
 #: answers only plain self-attention calls of [B, H, L, D] tensors, no dropout, causal mask or grouped heads).
-OWN_KEY_SKIPPED = "its attention call was not a plain self-attention ToMe could run itself: the kept keys alone there"
+OWN_KEY_SKIPPED = f"{NOT_PLAIN}: the kept keys alone there"
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,10 @@ def _own_key_short(s: TomeStats) -> str | None:
     pooled, own = kinds.get("kv", 0), kinds.get("own", 0)
     if own >= pooled:
         return None
+    why = "; ".join(f"{reason}: the kept keys alone there" for reason, _ in s.own_key_off) or OWN_KEY_SKIPPED
     return (
         f"subsampled keys/values in {s.applied} of {s.selected} blocks; each query's own key joined the kept keys in"
-        f" {own} of the {pooled} that subsampled them ({OWN_KEY_SKIPPED})"
+        f" {own} of the {pooled} that subsampled them ({why})"
     )
 
 

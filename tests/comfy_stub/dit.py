@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import attention_kernels as kernels
 from .patcher import DIFFUSION_MODEL, WrapperExecutor, get_all_wrappers
 
 CONTEXT_DIM = 32  # the text conditioning's width (the tiny stand-in of T5's 4096)
@@ -74,6 +75,91 @@ def attention_pytorch(
         q, k, v = (t.reshape(b, t.shape[1], heads, inner // heads).transpose(1, 2) for t in (q, k, v))  # v: 3-D or 4-D
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.transpose(1, 2).flatten(2)
+
+
+# The kernel libraries `comfy.ldm.modules.attention` imports (`from sageattention import sageattn`, ...): stand-ins
+# (tests/attention_kernels.py), which a test may swap for another build, as a node could.
+sageattn = kernels.sageattn
+flash_attn_func = kernels.flash_attn_func
+xformers = kernels.xformers
+
+
+def _heads_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, skip_reshape: bool) -> Any:
+    """q, k, v as [B, L, H, D] (ComfyUI's `view(b, -1, heads, dim_head)`; v 3-D or 4-D) from [B, H, L, D] or
+    [B, L, H*D]."""
+    if skip_reshape:
+        return tuple(t.transpose(1, 2) for t in (q, k, v))
+    b, _, inner = q.shape
+    return tuple(t.reshape(b, t.shape[1], heads, inner // heads) for t in (q, k, v))
+
+
+def _out(out: torch.Tensor, skip_output_reshape: bool) -> torch.Tensor:
+    """[B, L, H, D] -> [B, H, L, D] with `skip_output_reshape`, else [B, L, H*D]."""
+    return out.transpose(1, 2) if skip_output_reshape else out.flatten(2)
+
+
+@wrap_attn
+def attention_sage(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None = None,
+    attn_precision: Any = None,
+    skip_reshape: bool = False,
+    skip_output_reshape: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`attention_sage`: `sageattn` in the NHD layout (its mask ignored, as the kernel ignores it); where the kernel
+    fails, `attention_pytorch`."""
+    q, k, v = _heads_layout(q, k, v, heads, skip_reshape)
+    try:
+        out = sageattn(q, k, v, attn_mask=mask, is_causal=False, tensor_layout="NHD")
+    except (TypeError, ValueError, RuntimeError):  # ComfyUI catches any Exception here and logs it
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        return attention_pytorch(q, k, v, heads, mask=mask, skip_reshape=True, skip_output_reshape=skip_output_reshape)
+    return _out(out, skip_output_reshape)
+
+
+@wrap_attn
+def attention_flash(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None = None,
+    attn_precision: Any = None,
+    skip_reshape: bool = False,
+    skip_output_reshape: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`attention_flash`: `flash_attn_func` on [B, L, H, D]; with a mask, or where it fails, PyTorch's SDPA."""
+    q, k, v = _heads_layout(q, k, v, heads, skip_reshape)
+    try:
+        if mask is not None:
+            raise RuntimeError("Mask must not be set for Flash attention")
+        out = flash_attn_func(q, k, v, dropout_p=0.0, causal=False)
+    except RuntimeError:
+        hnd = [t.transpose(1, 2) for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*hnd, attn_mask=mask).transpose(1, 2)
+    return _out(out, skip_output_reshape)
+
+
+@wrap_attn
+def attention_xformers(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    mask: torch.Tensor | None = None,
+    attn_precision: Any = None,
+    skip_reshape: bool = False,
+    skip_output_reshape: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`attention_xformers`: `xformers.ops.memory_efficient_attention` on [B, L, H, D]."""
+    q, k, v = _heads_layout(q, k, v, heads, skip_reshape)
+    return _out(xformers.ops.memory_efficient_attention(q, k, v, attn_bias=mask), skip_output_reshape)
 
 
 optimized_attention = attention_pytorch
@@ -726,3 +812,226 @@ def build_dit(kind: str, seed: int = 0) -> nn.Module:
         "unknown": UnknownDiT,
     }
     return _seeded(kinds[kind], seed)
+
+
+# ---------------------------------------------------------------------------------------------- HunyuanVideo, LTXV
+# comfy/ldm/hunyuan_video/model.py and comfy/ldm/lightricks/model.py at a125cd84.
+
+
+class HunyuanDoubleStreamBlock(DoubleStreamBlock):
+    """Flux's double block as HunyuanVideo builds it (`flipped_img_txt=True`): one attention over cat(img, txt)."""
+
+    def forward(
+        self,
+        img: torch.Tensor,
+        txt: torch.Tensor,
+        vec: torch.Tensor,
+        pe: torch.Tensor,
+        attn_mask: Any = None,
+        transformer_options: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        i_shift, i_scale, i_gate, i_shift2, i_scale2, i_gate2 = self.img_mod(vec)
+        t_shift, t_scale, t_gate, t_shift2, t_scale2, t_gate2 = self.txt_mod(vec)
+        img_q, img_k, img_v = self._qkv(self.img_qkv, F.layer_norm(img, img.shape[-1:]) * (1 + i_scale) + i_shift)
+        txt_q, txt_k, txt_v = self._qkv(self.txt_qkv, F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale) + t_shift)
+        attn = flux_attention(
+            torch.cat((img_q, txt_q), dim=2),
+            torch.cat((img_k, txt_k), dim=2),
+            torch.cat((img_v, txt_v), dim=2),
+            pe=pe,
+            mask=attn_mask,
+            transformer_options=transformer_options,
+        )
+        img_attn, txt_attn = attn[:, : img.shape[1]], attn[:, img.shape[1] :]
+        img = img + i_gate * self.img_proj(img_attn)
+        img = img + i_gate2 * self.img_mlp(F.layer_norm(img, img.shape[-1:]) * (1 + i_scale2) + i_shift2)
+        txt = txt + t_gate * self.txt_proj(txt_attn)
+        txt = txt + t_gate2 * self.txt_mlp(F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale2) + t_shift2)
+        return img, txt
+
+
+class HunyuanVideo(nn.Module):
+    """`comfy.ldm.hunyuan_video.model.HunyuanVideo` at a toy size: `forward(x, timestep, context, y, txt_byt5,
+    guidance, attention_mask, guiding_frame_index, ref_latent, disable_time_r, control, transformer_options)` on a
+    video latent [B, C, T, H, W], patch (1, 2, 2): a reference latent's tokens (`ref_latent`), the video's, then the
+    text (its padding masked by an additive [1, 1, L] mask from `attention_mask`); double blocks, then single blocks
+    over the joint stream. `patch_size` (1, 2) builds HunyuanImage 2.1's 2-D model on the same class."""
+
+    def __init__(
+        self, in_channels: int = 4, dim: int = 32, heads: int = 2, depth: int = 2, single: int = 2, patch: Any = None
+    ) -> None:
+        super().__init__()
+        self.patch_size = list(patch or (1, 2, 2))
+        self.in_channels = in_channels
+        self.byt5_in = None
+        self.axes = (4, 6, 6)  # rotary dims per id axis (frame, row, column): head dim 16
+        self.img_in = nn.Linear(in_channels * 4, dim)
+        self.txt_in = nn.Linear(CONTEXT_DIM, dim)
+        self.time_in = nn.Linear(16, dim)
+        self.double_blocks = nn.ModuleList(HunyuanDoubleStreamBlock(dim, heads) for _ in range(depth))
+        self.single_blocks = nn.ModuleList(SingleStreamBlock(dim, heads) for _ in range(single))
+        self.final_layer = nn.Linear(dim, in_channels * 4)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        y: Any = None,
+        txt_byt5: Any = None,
+        guidance: Any = None,
+        attention_mask: Any = None,
+        guiding_frame_index: Any = None,
+        ref_latent: Any = None,
+        disable_time_r: bool = False,
+        control: Any = None,
+        transformer_options: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return _forward_through_wrappers(
+            self, x, timestep, context, attention_mask, ref_latent, transformer_options or {}
+        )
+
+    def _patches(self, x: torch.Tensor, frame: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Patch tokens [B, T*h*w, C*4] of a latent [B, C, T, H, W] and their ids (frame, row, column)."""
+        b, c, t, h, w = x.shape
+        x = F.pad(x, (0, -w % 2, 0, -h % 2))
+        hp, wp = x.shape[-2] // 2, x.shape[-1] // 2
+        tokens = x.reshape(b, c, t, hp, 2, wp, 2).permute(0, 2, 3, 5, 1, 4, 6).reshape(b, t * hp * wp, c * 4)
+        ids = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(hp), torch.arange(wp), indexing="ij"), -1)
+        ids = ids.reshape(1, -1, 3).float()
+        ids[..., 0] += frame
+        return tokens, ids.expand(b, -1, -1)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        attention_mask: Any,
+        ref_latent: Any,
+        transformer_options: dict[str, Any],
+    ) -> torch.Tensor:
+        b, c, t, h, w = x.shape
+        img, img_ids = self._patches(x)
+        tokens = img.shape[1]
+        if ref_latent is not None:
+            ref, ref_ids = self._patches(ref_latent.expand(b, -1, -1, -1, -1), frame=-1.0)
+            img, img_ids = torch.cat([ref, img], 1), torch.cat([ref_ids, img_ids], 1)
+        img = self.img_in(img)
+        txt = self.txt_in(context)
+        vec = self.time_in(timestep_embedding(timestep, 16, scale=1.0))
+        pe = rope(torch.cat((img_ids, torch.zeros(b, txt.shape[1], 3)), dim=1), self.axes)
+        mask = None
+        if attention_mask is not None:
+            mask = torch.zeros(1, 1, img.shape[1] + txt.shape[1])
+            mask[:, 0, img.shape[1] :] = (attention_mask[:1].float() - 1) * torch.finfo(torch.float32).max
+        for block in self.double_blocks:
+            img, txt = block(img=img, txt=txt, vec=vec, pe=pe, attn_mask=mask, transformer_options=transformer_options)
+        joint = torch.cat((img, txt), 1)
+        for block in self.single_blocks:
+            joint = block(joint, vec=vec, pe=pe, attn_mask=mask, transformer_options=transformer_options)
+        out = self.final_layer(joint[:, img.shape[1] - tokens : img.shape[1]])
+        hp, wp = -(-h // 2), -(-w // 2)
+        out = out.reshape(b, t, hp, wp, c, 2, 2).permute(0, 4, 1, 2, 5, 3, 6).reshape(b, c, t, 2 * hp, 2 * wp)
+        return out[..., :h, :w]
+
+
+class LTXVCrossAttention(nn.Module):
+    """`lightricks.model.CrossAttention`: q/k RMS-normed, rotary on both in self-attention, the attention function
+    with [B, L, H*D]."""
+
+    def __init__(self, dim: int, heads: int, context_dim: int | None = None) -> None:
+        super().__init__()
+        self.heads = heads
+        self.to_q, self.to_out = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.to_k, self.to_v = nn.Linear(context_dim or dim, dim), nn.Linear(context_dim or dim, dim)
+        self.q_norm, self.k_norm = nn.RMSNorm(dim), nn.RMSNorm(dim)
+
+    def forward(
+        self, x: torch.Tensor, context: Any = None, mask: Any = None, pe: Any = None, transformer_options: Any = None
+    ) -> Any:
+        context = x if context is None else context
+        q, k, v = self.q_norm(self.to_q(x)), self.k_norm(self.to_k(context)), self.to_v(context)
+        if pe is not None:
+            b, n, inner = q.shape
+            q, k = (
+                apply_rope(t.view(b, n, self.heads, -1).transpose(1, 2), pe).transpose(1, 2).reshape(b, n, inner)
+                for t in (q, k)
+            )
+        out = optimized_attention(q, k, v, self.heads, mask, transformer_options=transformer_options or {})
+        return self.to_out(out)
+
+
+class LTXVBlock(nn.Module):
+    """`lightricks.model.BasicTransformerBlock`: self-attention (`attn1`), cross-attention to the text (`attn2`)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn1 = LTXVCrossAttention(dim, heads)
+        self.attn2 = LTXVCrossAttention(dim, heads, dim)
+        self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+        self.scale_shift_table = nn.Parameter(torch.randn(6, dim) / dim**0.5)
+
+    def forward(
+        self, x: torch.Tensor, context: Any, attention_mask: Any, timestep: Any, pe: Any, transformer_options: Any
+    ) -> torch.Tensor:
+        shift, scale, gate, shift2, scale2, gate2 = (self.scale_shift_table[None] + timestep[:, :, None]).unbind(2)
+        normed = F.rms_norm(x, x.shape[-1:]) * (1 + scale) + shift
+        x = x + self.attn1(normed, pe=pe, transformer_options=transformer_options) * gate
+        x = x + self.attn2(x, context=context, mask=attention_mask, transformer_options=transformer_options)
+        return x + self.ff(F.rms_norm(x, x.shape[-1:]) * (1 + scale2) + shift2) * gate2
+
+
+class LTXVModel(nn.Module):
+    """`comfy.ldm.lightricks.model.LTXVModel` at a toy size: `forward(x, timestep, context, attention_mask,
+    frame_rate, transformer_options, keyframe_idxs)` on a video latent [B, C, F, H, W], patch 1: one token per latent
+    cell; the guide frames LTXVAddGuide appends in time are the last tokens, placed by `keyframe_idxs` [B, 3, K]."""
+
+    def __init__(self, in_channels: int = 4, dim: int = 32, heads: int = 2, layers: int = 2) -> None:
+        super().__init__()
+        self.dim = dim
+        self.axes = (4, 6, 6)  # rotary dims per coordinate (frame, row, column): head dim 16
+        self.patchify_proj = nn.Linear(in_channels, dim)
+        self.caption_projection = nn.Linear(CONTEXT_DIM, dim)
+        self.adaln_single = nn.Linear(16, dim)
+        self.transformer_blocks = nn.ModuleList(LTXVBlock(dim, heads) for _ in range(layers))
+        self.proj_out = nn.Linear(dim, in_channels)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor,
+        attention_mask: Any = None,
+        frame_rate: float = 25,
+        transformer_options: Any = None,
+        keyframe_idxs: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        return _forward_through_wrappers(self, x, timestep, context, keyframe_idxs, transformer_options or {})
+
+    def _forward(
+        self, x: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor, keyframe_idxs: Any, options: dict
+    ) -> torch.Tensor:
+        b, c, f, h, w = x.shape
+        tokens = x.flatten(2).transpose(1, 2)
+        coords = torch.stack(torch.meshgrid(torch.arange(f), torch.arange(h), torch.arange(w), indexing="ij"), -1)
+        coords = coords.reshape(1, -1, 3).float().expand(b, -1, -1).clone()
+        if keyframe_idxs is not None:
+            coords[:, -keyframe_idxs.shape[2] :] = keyframe_idxs[:1].transpose(1, 2).float()
+        pe = rope(coords, self.axes)
+        # One timestep per sample, or per token (ComfyUI's per-token timesteps under a denoise mask): [B, 1 or L, C].
+        t = self.adaln_single(timestep_embedding(timestep.flatten(), 16, scale=1000.0)).view(b, -1, self.dim)
+        y = self.patchify_proj(tokens)
+        text = self.caption_projection(context)
+        for block in self.transformer_blocks:
+            y = block(y, context=text, attention_mask=None, timestep=t, pe=pe, transformer_options=options)
+        return self.proj_out(y).transpose(1, 2).reshape(b, c, f, h, w)
+
+
+for _cls in (HunyuanDoubleStreamBlock,):
+    _cls.__module__ = "comfy.ldm.flux.layers"
+HunyuanVideo.__module__ = "comfy.ldm.hunyuan_video.model"
+for _cls in (LTXVCrossAttention, LTXVBlock, LTXVModel):
+    _cls.__module__ = "comfy.ldm.lightricks.model"

@@ -1,0 +1,242 @@
+"""Where a DiT's image queries attend, measured as the papers on trained DiTs measure it (issue 57): per joint attention
+block and noise level, the mean over image queries (and heads, samples) of the attention on the query's own token, on
+its 8 neighbours (Chebyshev distance 1 on the token grid; 26 on a video's), within distance 2 and 4 (own token
+included), and on the text; the largest single key's weight (mean over queries of the row's maximum); the key that
+receives the most (mean over queries of its weight: a sink when far above 1/N) and where it is; the entropy of a
+row over log N; the spread over heads of the share within distance 4 (local heads against global ones).
+
+It runs on the trained Flux.1-class model (tome_bench.trained_dit, its committed evaluation crops, noise seed 0) and
+on every stand-in family (tome_bench.dit_standin: the natural-spectrum latent noised to each sigma, as `one_call`
+does at 0.5). Attention is captured on `F.scaled_dot_product_attention` with a TorchFunctionMode.
+
+    python -m tome_bench attention-profile --out docs/runs/2026-12-06-trained-dit/profile.json
+    python -m tome_bench attention-profile --models trained --sigmas 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+#: High, middle and low noise.
+SIGMAS = (0.9, 0.5, 0.1)
+#: The figures of a row, in the table's order.
+FIELDS = ("own", "ring1", "within2", "within4", "text", "max_key", "sink_share", "entropy")
+#: Stand-ins whose diffusers model puts the image before the text in its joint sequence (the others put the text
+#: first; Wan's self-attention holds the video alone).
+IMAGE_FIRST = frozenset({"sd3", "zimage"})
+#: Rings whose mean weight per key the profile keeps (the fall-off with distance).
+RINGS = 9
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the generated grid sits in a joint attention's sequence: `before` tokens ahead of it, `grid` (frames,
+    rows, columns) of tokens, `text` tokens in the joint sequence besides it."""
+
+    before: int
+    grid: tuple[int, int, int]
+    text: int
+
+    @property
+    def tokens(self) -> int:
+        return math.prod(self.grid)
+
+    def distance(self) -> torch.Tensor:
+        """[n, n] Chebyshev distance between the grid's tokens (over frames, rows and columns)."""
+        f, h, w = self.grid
+        pos = torch.stack(torch.meshgrid(torch.arange(f), torch.arange(h), torch.arange(w), indexing="ij"), -1)
+        pos = pos.reshape(-1, 3)
+        return (pos[:, None] - pos[None]).abs().amax(-1)
+
+    def where(self, key: int) -> str:
+        """A key position as a reader finds it: "text i" or "image (frame,) row, column"."""
+        if not self.before <= key < self.before + self.tokens:
+            return f"text {key - self.before - self.tokens if key >= self.before else key}"
+        f, r, c = torch.unravel_index(torch.tensor(key - self.before), self.grid)
+        return f"image ({int(r)}, {int(c)})" if self.grid[0] == 1 else f"image ({int(f)}, {int(r)}, {int(c)})"
+
+
+def _probabilities(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """[B, H, L, S] the attention weights of one `scaled_dot_product_attention` call (its mask, scale and grouped
+    key heads as the kernel reads them)."""
+    q = args[0] if args else kwargs["query"]
+    k = args[1] if len(args) > 1 else kwargs["key"]
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    scale = kwargs.get("scale") or 1 / math.sqrt(q.shape[-1])
+    scores = q.float() @ k.float().transpose(-1, -2) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask.float()
+    return torch.softmax(scores, -1)
+
+
+class Profile(TorchFunctionMode):
+    """Per joint attention over `layout` (query and key sequences both layout.before + tokens + text long): one row
+    of figures (FIELDS, `rings`, `heads_within4`, `sink_at`), appended to `rows` in call order."""
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__()
+        self.layout = layout
+        self.distance = layout.distance()
+        self.rows: list[dict[str, Any]] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            q = args[0] if args else kwargs["query"]
+            k = args[1] if len(args) > 1 else kwargs["key"]
+            length = self.layout.tokens + self.layout.text
+            if q.shape[-2] == length and k.shape[-2] == length:
+                self.rows.append(self.row(_probabilities(args, kwargs)))
+        return func(*args, **kwargs)
+
+    def row(self, p: torch.Tensor) -> dict[str, Any]:
+        """The figures of one attention p [B, H, L, L]."""
+        lay, d = self.layout, self.distance
+        image = slice(lay.before, lay.before + lay.tokens)
+        rows = p[..., image, :]  # [B, H, n, L]: the image's queries
+        on_image = rows[..., image]  # [B, H, n, n]
+
+        def within(mask: torch.Tensor) -> torch.Tensor:  # [B, H]: mean over queries of the weight on `mask`'s keys
+            return torch.einsum("bhqk,qk->bh", on_image, mask.to(p.dtype)) / lay.tokens
+
+        received = rows.mean((0, 1, 2))  # [L]
+        sink = int(received.argmax())
+        counts = torch.stack([(d == j).sum(-1).float().mean() for j in range(RINGS)])
+        rings = torch.stack([within(d == j).mean() for j in range(RINGS)])
+        entropy = -(rows.clamp_min(1e-12).log() * rows).sum(-1).mean() / math.log(p.shape[-1])
+        return {
+            "own": within(d == 0).mean().item(),
+            "ring1": within(d == 1).mean().item(),
+            "within2": within(d <= 2).mean().item(),
+            "within4": within(d <= 4).mean().item(),
+            "text": (rows.sum(-1) - on_image.sum(-1)).mean().item(),
+            "max_key": rows.amax(-1).mean().item(),
+            "sink_share": received[sink].item(),
+            "sink_at": lay.where(sink),
+            "entropy": entropy.item(),
+            "heads_within4": within(d <= 4).mean(0).tolist(),
+            "rings": (rings / counts).tolist(),  # mean weight per key at distance 0 .. RINGS - 1
+        }
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of each figure over blocks; the strongest sink over blocks with its block; the heads' range."""
+    out: dict[str, Any] = {f: sum(r[f] for r in rows) / len(rows) for f in FIELDS if f != "sink_share"}
+    block = max(range(len(rows)), key=lambda i: rows[i]["sink_share"])
+    out |= {"sink_share": rows[block]["sink_share"], "sink_at": rows[block]["sink_at"], "sink_block": block}
+    heads = [h for r in rows for h in r["heads_within4"]]
+    out |= {"heads_within4": [min(heads), max(heads)], "blocks": len(rows)}
+    out["rings"] = [sum(r["rings"][j] for r in rows) / len(rows) for j in range(RINGS)]
+    return out
+
+
+@torch.no_grad()
+def trained(sigmas: Sequence[float]) -> dict[str, Any]:
+    """The trained model's profile per sigma on the committed evaluation crops (noise seed 0, their labels)."""
+    from tome_bench import trained_dit
+
+    model = trained_dit.load()
+    x0, label = trained_dit.eval_set()
+    side = x0.shape[-1] // 2
+    layout = Layout(trained_dit.TEXT, (1, side, side), trained_dit.TEXT)
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
+    out: dict[str, Any] = {"parameters": trained_dit.parameters(model), "grid": side, "crops": len(x0)}
+    for sigma in sigmas:
+        with Profile(layout) as profile:
+            model((1 - sigma) * x0 + sigma * noise, torch.full((len(x0),), sigma), label)
+        out[str(sigma)] = {"mean": summary(profile.rows), "blocks": profile.rows}
+    return out
+
+
+@torch.no_grad()
+def standin(name: str, sigmas: Sequence[float], seed: int = 0) -> dict[str, Any]:
+    """A stand-in family's profile per sigma: its natural-spectrum latent noised to sigma, one call."""
+    from tome_bench.dit_standin import FAMILIES, VARIANTS, build, call, sample_inputs
+
+    family = FAMILIES[name]
+    model = build(family, VARIANTS["stand-in"])
+    frames = family.latent[1] if len(family.latent) == 4 else 1
+    grid = (frames, family.latent[-2] // 2, family.latent[-1] // 2)
+    text = 0 if name == "wan" else family.text  # Wan's text is cross-attended, not in its self-attention
+    layout = Layout(0 if name in IMAGE_FIRST else text, grid, text)
+    noise, natural, states = sample_inputs(family, seed)
+    out: dict[str, Any] = {"grid": grid[1] if frames == 1 else list(grid)}
+    for sigma in sigmas:
+        with Profile(layout) as profile:
+            call(model, family, (1 - sigma) * natural + sigma * noise, sigma, states)
+        out[str(sigma)] = {"mean": summary(profile.rows), "blocks": profile.rows}
+    return out
+
+
+def table(results: dict[str, Any]) -> str:
+    """A Markdown table: one row per model and sigma, the figures' means over blocks."""
+    head = "| model | sigma | own | 8 neighbours | within 2 | within 4 | text | max key | top key: share, where"
+    lines = [head + " | entropy / log N | heads within 4 |", "|" + " --- |" * 11]
+    for name, result in results.items():
+        for sigma, per in result.items():
+            if not isinstance(per, dict):
+                continue
+            m = per["mean"]
+            cells = [f"{m[f]:.3f}" for f in FIELDS[:6]]
+            cells.append(f"{m['sink_share']:.3f}, {m['sink_at']} (block {m['sink_block']})")
+            cells.append(f"{m['entropy']:.3f}")
+            cells.append("{:.2f}-{:.2f}".format(*m["heads_within4"]))
+            lines.append(f"| {name} | {sigma} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def blocks_log(results: dict[str, Any]) -> str:
+    """Per model, sigma and block: the row's figures, and the mean weight per key by distance."""
+    lines = []
+    for name, result in results.items():
+        for sigma, per in result.items():
+            if not isinstance(per, dict):
+                continue
+            for i, r in enumerate(per["blocks"]):
+                figures = " ".join(f"{f} {r[f]:.3f}" for f in FIELDS)
+                rings = " ".join(f"{v:.4f}" for v in r["rings"])
+                lines.append(
+                    f"{name} sigma {sigma} block {i}: {figures} sink at {r['sink_at']}; per key by ring {rings}"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tome_bench.dit_standin import FAMILIES
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tome_bench attention-profile", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--models", default="trained," + ",".join(FAMILIES), help="trained and stand-in families")
+    parser.add_argument("--sigmas", default=",".join(map(str, SIGMAS)))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="the JSON of every figure (per block too)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sigmas = [float(s) for s in args.sigmas.split(",")]
+    results = {}
+    for name in args.models.split(","):
+        results[name] = trained(sigmas) if name == "trained" else standin(name, sigmas)
+        print(f"{name}: done", flush=True)
+    print(table(results))
+    print(blocks_log(results))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
