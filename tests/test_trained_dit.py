@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import tome_core
 from tome_bench import attention_profile, trained_dit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +108,16 @@ def test_training_crops_fit_their_photograph_at_some_scale() -> None:
     pyramids = [[torch.randn(3, 40, 64), torch.randn(3, 20, 32)], [torch.randn(3, 64, 64), torch.randn(3, 32, 32)]]
     x, label = trained_dit.crops(pyramids, 16, 5, torch.Generator().manual_seed(0))
     assert x.shape == (5, 3, 32, 32) and label.shape == (5,) and set(label.tolist()) <= {0, 1}
+
+
+def test_the_trained_fidelity_job_measures_every_preset_and_its_references() -> None:
+    """`python -m tome_bench trained-fidelity` at 2 steps, one sample: the naive port and every preset with and
+    without each query's own key, the model left unpatched after each."""
+    from tome_bench import trained_fidelity
+
+    found = trained_fidelity.panel([2], 1, log=lambda _: None)
+    names = [r["name"] for r in found["rows"]]
+    assert names == ["naive port (kv 2x2, every block)", *(p.name for p in tome_core.presets())]
+    assert all(r["change"] > 0 for r in found["rows"])
+    assert all(r["without own key"] > 0 for r in found["rows"][1:])
+    assert not tome_core.is_patched(trained_dit.load().transformer)

@@ -15,6 +15,7 @@
     python -m tome_bench images --checkpoint FILE         # your checkpoint, unpatched and at each preset: a grid
     python -m tome_bench attention-profile                # where image queries attend: the trained DiT (trained_dit)
                                                           # and the DiT stand-ins, per block and noise level
+    python -m tome_bench trained-fidelity                 # the DiT presets on the trained DiT at 4, 8 and 12 steps
 
 Shared once: `options` (the options, `Options`, result rows, the spread), `run` (variants, round-robin rounds,
 one UNet call), `generate` (pipelines and whole generations), `timing` (the timed call and the clocks), `report`
@@ -46,6 +47,7 @@ JOBS = {
     "calibrate": "calibrate",
     "images": "images",
     "attention-profile": "attention_profile",
+    "trained-fidelity": "trained_fidelity",
 }
 #: The flags that chose a job before the jobs (dropped: they name it), and those that still pick one (kept).
 _NAMED = {"--gpu-job": "gpu-job", "--fidelity": "fidelity", "--gpu-estimate": "estimate", "--images": "images"}
