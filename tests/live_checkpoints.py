@@ -9,7 +9,9 @@ the rest of ComfyUI's requirements; .venv lacks some).
 The second form sets up the diffusion-transformer checks (tests/test_live_comfy_dit.py): it writes
 `models/diffusion_models/random-flux.safetensors` (Flux.1 dev's layout at one double and one single block: ComfyUI
 fixes the hidden size at 3072 and finds the family from the `double_blocks.*` keys) and `random-wan21.safetensors`
-(Wan 2.1 text-to-video with dim 256, two heads, two blocks: ComfyUI reads the dim from `head.modulation`), and copies
+(Wan 2.1 text-to-video with dim 256, two heads, two blocks: ComfyUI reads the dim from `head.modulation`), SD3.5,
+Qwen-Image, Lumina 2, `random-hunyuanvideo.safetensors` (HunyuanVideo text-to-video, width 256, two double and two
+single blocks) and `random-ltxv.safetensors` (LTX-Video, width 256 in 32 heads, four blocks), and copies
 tests/comfy_live_node (conditioning of the right shape from a seed, in place of the T5 text encoders) into
 `custom_nodes/tome_live_conditioning`. The tensor names and shapes are those of ComfyUI's own model classes, built
 on the meta device from the given ComfyUI checkout; the values are seeded normal weights (std 0.02), zero biases
@@ -140,6 +142,64 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
             "axes_lens": [300, 512, 512],
         },
     ),
+    # HunyuanVideo text-to-video as ComfyUI detects it (`txt_in.individual_token_refiner...`: the width from
+    # `img_in.proj`, one head per 128 channels, depth from each stack; `vector_in` for CLIP-L's pooled vector,
+    # `guidance_in` for the guidance embedding): width 256 (two heads), two double and two single blocks (four: its
+    # Quality starts at 0.65 of the depth, both stacks counted).
+    "random-hunyuanvideo.safetensors": (
+        "comfy.ldm.hunyuan_video.model",
+        "HunyuanVideo",
+        {
+            "in_channels": 16,
+            "out_channels": 16,
+            "vec_in_dim": 768,
+            "context_in_dim": 4096,
+            "hidden_size": 256,
+            "mlp_ratio": 4.0,
+            "num_heads": 2,
+            "depth": 2,
+            "depth_single_blocks": 2,
+            "axes_dim": [16, 56, 56],
+            "theta": 256,
+            "patch_size": [1, 2, 2],
+            "qkv_bias": True,
+            "guidance_embed": True,
+            "byt5": False,
+            "meanflow": False,
+        },
+    ),
+    # LTX-Video as ComfyUI detects it (`adaln_single...`: 32 heads, the head width from `attn2.to_k`, whose input
+    # width is the cross-attention width, the model's own width after `caption_projection`): head width 8 (width 256),
+    # T5-XXL's 4096 in, four blocks.
+    "random-ltxv.safetensors": (
+        "comfy.ldm.lightricks.model",
+        "LTXVModel",
+        {
+            "in_channels": 128,
+            "cross_attention_dim": 256,
+            "attention_head_dim": 8,
+            "num_attention_heads": 32,
+            "caption_channels": 4096,
+            "num_layers": 4,
+        },
+    ),
+}
+
+#: Each checkpoint's seed: the first five by name, as they were seeded before the video ones came (so their files, and
+#: the latents they give, stay the same), then the video ones.
+DIT_SEEDS = {
+    name: seed
+    for seed, name in enumerate(
+        [
+            "random-flux.safetensors",
+            "random-lumina2.safetensors",
+            "random-qwen-image.safetensors",
+            "random-sd35.safetensors",
+            "random-wan21.safetensors",
+            "random-hunyuanvideo.safetensors",
+            "random-ltxv.safetensors",
+        ]
+    )
 }
 
 
@@ -173,7 +233,8 @@ def make_dit_checkpoints(comfy: Path) -> list[Path]:
         importlib.import_module("comfy.cli_args").args.cpu = True
         ops = importlib.import_module("comfy.ops").disable_weight_init
         made = []
-        for seed, (file, (module_name, class_name, kwargs)) in enumerate(sorted(DIT_CHECKPOINTS.items())):
+        for file, (module_name, class_name, kwargs) in sorted(DIT_CHECKPOINTS.items()):
+            seed = DIT_SEEDS[file]
             target = comfy / "models" / "diffusion_models" / file
             made_from = json.dumps({"class": class_name, "config": kwargs, "seed": seed}, sort_keys=True)
             if target.exists() and _made_from(target) == made_from:

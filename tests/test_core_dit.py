@@ -150,7 +150,7 @@ class GraphCounter:
         return gm.forward
 
 
-@pytest.mark.parametrize("name", ["flux", "wan", "wan22-i2v", "qwen", "sd3"])
+@pytest.mark.parametrize("name", ["flux", "wan", "wan22-i2v", "qwen", "sd3", "hunyuanvideo", "ltx", "ltx2"])
 def test_compiled_fullgraph_one_graph_per_sampling_equal_to_eager(name: str, fresh_dynamo: None) -> None:
     tiny = TINY[name]()
     model = tiny.build()

@@ -5,13 +5,12 @@ other attention its own keys exactly; compiled with fullgraph, one graph for a s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import fx, nn
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import tome_core
@@ -99,30 +98,3 @@ def test_the_condition_pipelines_coordinates_place_the_grid_after_the_conditions
     tome_core.remove_patch(model)
     assert seen == [tome_core.Tokens(2 * H * W, (FRAMES - 1, H, W), 0)] * 2
     assert len(state.memo) == 1  # read back once, at the first call
-
-
-class GraphCounter:
-    def __init__(self) -> None:
-        self.graphs: list[fx.GraphModule] = []
-
-    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        self.graphs.append(gm)
-        return gm.forward
-
-
-@pytest.mark.parametrize("name", ["hunyuanvideo", "ltx", "ltx2"])
-def test_compiled_fullgraph_one_graph_per_sampling_equal_to_eager(name: str, fresh_dynamo: None) -> None:
-    tiny = TINY[name]()
-    model = tiny.build()
-    tome_core.apply_patch(model, preset="balanced")
-    eager = [run(model, tiny, seed=seed) for seed in range(3)]
-    counter = GraphCounter()
-    compiled = torch.compile(model, backend=counter, fullgraph=True)
-    for seed, expected in enumerate(eager):
-        with torch.no_grad():
-            out = compiled(**tiny.inputs(seed))[0]
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    assert len(counter.graphs) == 1
-    stats = tome_core.stats(model)
-    assert stats is not None and stats.applied == stats.selected > 0
-    tome_core.remove_patch(model)

@@ -3,15 +3,17 @@
 Not run by `make test` (marker `comfy`); skipped unless `TOME_COMFY_URL` is set (the environment of
 tests/test_live_comfy.py: `TOME_COMFY_URL`, `TOME_COMFY_LOG`). Setup, once per ComfyUI checkout:
 
-    python tests/live_checkpoints.py dit ComfyUI      # random Flux, Wan, Qwen-Image, SD3.5, Lumina 2 + conditioning
+    python tests/live_checkpoints.py dit ComfyUI      # random Flux, Wan, Qwen-Image, SD3.5, Lumina 2, HunyuanVideo,
+                                                      # LTX-Video + conditioning
 
 then start ComfyUI with this repository in custom_nodes (`python main.py --cpu --cache-none ...`). The checkpoints
 have random weights (nothing is downloaded): Flux.1 dev's layout at one double and one single block (ComfyUI fixes
 the hidden size at 3072), Wan 2.1 text-to-video at dim 256 and two blocks, Lumina 2 at two blocks (width 2304 fixed
 by ComfyUI), Qwen-Image at four blocks (width 3072), SD3.5 at four blocks (width 256, SD3.5 Medium's image-only attention in the
-first); the text encoders (T5-XXL, UMT5-XXL, Gemma 2, Qwen2.5-VL) are replaced by `tome_live_Conditioning`
+first), HunyuanVideo at two double and two single blocks (width 256), LTX-Video at four blocks (width 256); the text
+encoders (T5-XXL, UMT5-XXL, Gemma 2, Qwen2.5-VL, LLaMA) are replaced by `tome_live_Conditioning`
 (tests/comfy_live_node), conditioning of the right shape from a seed (Lumina 2's with an attention mask). Latents
-are saved with SaveLatent and compared bitwise; sizes are tiny (128 px, 9 frames for Wan, 2-6 steps).
+are saved with SaveLatent and compared bitwise; sizes are tiny (128 px, 9 frames for the video models, 2-6 steps).
 
 `TOME_COMFY_COMPILE=1` adds the TorchCompileModel checks (start ComfyUI with `--use-pytorch-cross-attention`: on a
 CPU it otherwise picks sub-quadratic attention, which breaks the graph; docs/comfyui-contract.md).
@@ -36,9 +38,10 @@ pytestmark = [
 ]
 
 PRESETS = ("Quality", "Balanced", "Fast", "Fastest")
-#: Blocks of the checkpoints that have four (tests/live_checkpoints.py: Qwen-Image's and SD3.5's Quality and Balanced
-#: start past half the depth, so with two they would reduce none); the others have two.
-BLOCKS = {"sd3": 4, "qwen": 4}
+#: Blocks of the checkpoints that have four (tests/live_checkpoints.py: Qwen-Image's, SD3.5's and HunyuanVideo's
+#: Quality and Balanced start past half the depth, so with two they would reduce none; HunyuanVideo's are two double
+#: and two single blocks; LTX-Video's Quality starts at 0.35); the others have two.
+BLOCKS = {"sd3": 4, "qwen": 4, "hunyuanvideo": 4, "ltx": 4}
 #: family -> (checkpoint, conditioning (tokens, width, pooled), empty latent node and inputs)
 MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] = {
     # SD3.5: T5-width conditioning and CLIP-L+G's pooled vector, four blocks.
@@ -68,6 +71,19 @@ MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] 
         "random-wan21.safetensors",
         (16, 4096, 0),
         ("EmptyHunyuanLatentVideo", {"width": 128, "height": 128, "length": 9, "batch_size": 1}),
+    ),
+    # HunyuanVideo: LLaMA-width conditioning and CLIP-L's pooled vector (its `encode_adm`; the guidance embedding
+    # takes model_base's default, 6.0), two double and two single blocks; 9 frames: 3 latent frames.
+    "hunyuanvideo": (
+        "random-hunyuanvideo.safetensors",
+        (8, 4096, 768),
+        ("EmptyHunyuanLatentVideo", {"width": 128, "height": 128, "length": 9, "batch_size": 1}),
+    ),
+    # LTX-Video: T5-XXL-width conditioning, four blocks; 9 frames (8k + 1): 2 latent frames of 4x4 tokens.
+    "ltx": (
+        "random-ltxv.safetensors",
+        (8, 4096, 0),
+        ("EmptyLTXVLatentVideo", {"width": 128, "height": 128, "length": 9, "batch_size": 1}),
     ),
 }
 

@@ -517,7 +517,7 @@ def estimate_rows(
 
 
 #: A video case's size is its height: its width and frames are the ones users run (480p, 720p; 81 frames).
-VIDEO_SIZES = {480: (832, 480, 81), 720: (1280, 720, 81)}
+VIDEO_SIZES = {("wan", 480): (832, 480, 81), ("wan", 720): (1280, 720, 81), ("ltx", 512): (768, 512, 121)}
 
 
 def device_model(name: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
@@ -532,5 +532,5 @@ def device_model(name: str, dtype: torch.dtype, device: torch.device) -> nn.Modu
 def device_inputs(name: str, size: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple[Any, ...], dict]:
     """((), keyword arguments) of one call of `name` at `size` px (a video: its height, `VIDEO_SIZES`)."""
     arch = DIT_ARCHS[name]
-    full = VIDEO_SIZES[size] if arch.family == "wan" else (size, size, 1)
+    full = VIDEO_SIZES.get((arch.family, size), (size, size, 1))
     return (), arch.inputs(full, device, dtype)

@@ -83,10 +83,12 @@ class Case:
 
 
 #: The diffusion transformers the job runs (random weights made on the GPU, tome_bench.dit_archs): Flux.1-dev at
-#: 1024 px and Wan 2.1 1.3B at 480p (81 frames), at the batch each family samples with.
+#: 1024 px, Wan 2.1 1.3B at 480p (81 frames) and LTX-Video 2B at 768x512 (121 frames), at the batch each family
+#: samples with. HunyuanVideo 13B's call at 720p takes about 23 s of GPU work (estimated): not in a 10-minute job.
 DIT_CASES = (
     Case("flux-dev", 1024, dit_archs.device_model, dit_archs.device_inputs, "flux"),
     Case("wan-1.3b", 480, dit_archs.device_model, dit_archs.device_inputs, "wan"),
+    Case("ltx-2b", 512, dit_archs.device_model, dit_archs.device_inputs, "ltx"),
 )
 CASES = (Case("sd15", 512), Case("sd15", 1024), Case("sdxl", 1024), Case("sdxl", 1536), *DIT_CASES)
 DRY_CASES = (
