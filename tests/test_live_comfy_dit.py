@@ -79,7 +79,8 @@ MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] 
         (8, 4096, 768),
         ("EmptyHunyuanLatentVideo", {"width": 128, "height": 128, "length": 9, "batch_size": 1}),
     ),
-    # LTX-Video: T5-XXL-width conditioning, four blocks; 9 frames (8k + 1): 2 latent frames of 4x4 tokens.
+    # LTX-Video: T5-XXL-width conditioning with its attention mask (`KEPT`: LTXVModel.forward takes one, as ComfyUI's
+    # LTXV text encoder always gives), four blocks; 9 frames (8k + 1): 2 latent frames of 4x4 tokens.
     "ltx": (
         "random-ltxv.safetensors",
         (8, 4096, 0),
@@ -88,8 +89,9 @@ MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] 
 }
 
 
-#: Tokens each prompt's attention mask keeps (0: no mask), positive and negative.
-KEPT = {"lumina2": (8, 5)}
+#: Tokens each prompt's attention mask keeps (0: no mask), positive and negative. LTX-Video's mask is its text
+#: cross-attention's only: the self-attention ToMe reduces holds none.
+KEPT = {"lumina2": (8, 5), "ltx": (8, 5)}
 #: What the log adds where each query also attends to its own key (ComfyUI's PyTorch attention, no other override:
 #: `tome_comfy.sampling.TORCH_ATTENTION`), in regex.
 OWN = r" \(each query's own key kept\)"
