@@ -763,3 +763,12 @@ def test_install_py_installs_nothing_when_comfyui_manager_runs_it() -> None:
     assert result.returncode == 0, result.stderr
     assert "nothing to install" in result.stdout
     assert not (ROOT / "requirements.txt").exists()  # Manager would pip-install it
+
+
+def test_a_family_with_a_speed_up_but_no_change_figure_says_so() -> None:
+    """As the WebUI's hint does: a speed-up alone would read as a promise about the image."""
+    from tome_comfy.inputs import family_text
+
+    text = family_text(tome_core.get_preset("balanced"), "wan")
+    assert "faster per step" in text and text.endswith("its change not measured yet")
+    assert "not measured" not in family_text(tome_core.get_preset("balanced"), "sd")

@@ -103,6 +103,8 @@ def family_text(preset: Preset, family: str) -> str:
     speed = speed_words(preset, family)
     held = preset.fidelity.get(family)
     change = f"changes the image {change_words(held)}" if held is not None else ""
+    if speed and not change:
+        change = "its change not measured yet"  # as the WebUI's hint says it: a speed-up alone is not a promise
     return "; ".join(text for text in (speed, change) if text)
 
 
