@@ -83,7 +83,8 @@ def flash(flash_attn_func: Callable[..., Any], name: str = "flash-attn") -> LseK
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, scale: float) -> Found:
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, L, H, D]
-        found = flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=scale, causal=False, return_attn_probs=True)
+        # No dropout_p: flash-attn 3's function has none (2's defaults to 0).
+        found = flash_attn_func(q, k, v, softmax_scale=scale, causal=False, return_attn_probs=True)
         if isinstance(found, tuple) and len(found) >= 2 and isinstance(found[1], torch.Tensor):
             return found[0].transpose(1, 2), found[1].float()
         out, _ = _alone(found)
