@@ -106,6 +106,9 @@ class AttentionOverride:
         self.model = model
         self.previous = previous
         self.previous_name = callable_name(previous) if previous is not None else ""
+        # The kernels that failed on the kept keys in this sampling, each logged once (a build that refuses every
+        # call would otherwise log every attention call); written on the failure path only, which runs eagerly.
+        self.failed: set[str] = set()
 
     def __repr__(self) -> str:
         return f"tome_AttentionOverride({type(self.model).__name__}, previous={self.previous!r})"
@@ -127,9 +130,15 @@ class AttentionOverride:
                     try:
                         out = self.own_key_attention(query, key, value, heads, mask, kwargs, kernel)
                     except KernelFailed as error:  # as ComfyUI's attention_sage and _flash: its function falls back
-                        log.warning(
-                            "%s: %s failed on the kept keys/values (%s); %s runs the call", LOG_HEAD, ran, error, func
-                        )
+                        if kernel.name not in self.failed:
+                            self.failed.add(kernel.name)
+                            log.warning(
+                                "%s: %s failed on the kept keys/values (%s); %s runs the call (logged once a sampling)",
+                                LOG_HEAD,
+                                ran,
+                                error,
+                                func,
+                            )
                         refused, out = f"{kernel.name} failed: {error}", None
                     if out is not None:
                         return out
