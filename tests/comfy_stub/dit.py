@@ -229,7 +229,9 @@ class Modulation(nn.Module):
 
 
 class DoubleStreamBlock(nn.Module):
-    """Image and text streams with their own weights, one attention over cat(txt, img)."""
+    """Image and text streams with their own weights, one attention over cat(txt, img) (`flipped`: cat(img, txt))."""
+
+    flipped = False
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -256,15 +258,17 @@ class DoubleStreamBlock(nn.Module):
         t_shift, t_scale, t_gate, t_shift2, t_scale2, t_gate2 = self.txt_mod(vec)
         img_q, img_k, img_v = self._qkv(self.img_qkv, F.layer_norm(img, img.shape[-1:]) * (1 + i_scale) + i_shift)
         txt_q, txt_k, txt_v = self._qkv(self.txt_qkv, F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale) + t_shift)
+        streams = ((img_q, img_k, img_v), (txt_q, txt_k, txt_v))
+        first, second = streams if self.flipped else streams[::-1]
         attn = flux_attention(
-            torch.cat((txt_q, img_q), dim=2),
-            torch.cat((txt_k, img_k), dim=2),
-            torch.cat((txt_v, img_v), dim=2),
+            *(torch.cat(pair, dim=2) for pair in zip(first, second)),
             pe=pe,
             mask=attn_mask,
             transformer_options=transformer_options,
         )
-        txt_attn, img_attn = attn[:, : txt.shape[1]], attn[:, txt.shape[1] :]
+        split = (img if self.flipped else txt).shape[1]
+        head, tail = attn[:, :split], attn[:, split:]
+        img_attn, txt_attn = (head, tail) if self.flipped else (tail, head)
         img = img + i_gate * self.img_proj(img_attn)
         img = img + i_gate2 * self.img_mlp(F.layer_norm(img, img.shape[-1:]) * (1 + i_scale2) + i_shift2)
         txt = txt + t_gate * self.txt_proj(txt_attn)
@@ -821,33 +825,7 @@ def build_dit(kind: str, seed: int = 0) -> nn.Module:
 class HunyuanDoubleStreamBlock(DoubleStreamBlock):
     """Flux's double block as HunyuanVideo builds it (`flipped_img_txt=True`): one attention over cat(img, txt)."""
 
-    def forward(
-        self,
-        img: torch.Tensor,
-        txt: torch.Tensor,
-        vec: torch.Tensor,
-        pe: torch.Tensor,
-        attn_mask: Any = None,
-        transformer_options: Any = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        i_shift, i_scale, i_gate, i_shift2, i_scale2, i_gate2 = self.img_mod(vec)
-        t_shift, t_scale, t_gate, t_shift2, t_scale2, t_gate2 = self.txt_mod(vec)
-        img_q, img_k, img_v = self._qkv(self.img_qkv, F.layer_norm(img, img.shape[-1:]) * (1 + i_scale) + i_shift)
-        txt_q, txt_k, txt_v = self._qkv(self.txt_qkv, F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale) + t_shift)
-        attn = flux_attention(
-            torch.cat((img_q, txt_q), dim=2),
-            torch.cat((img_k, txt_k), dim=2),
-            torch.cat((img_v, txt_v), dim=2),
-            pe=pe,
-            mask=attn_mask,
-            transformer_options=transformer_options,
-        )
-        img_attn, txt_attn = attn[:, : img.shape[1]], attn[:, img.shape[1] :]
-        img = img + i_gate * self.img_proj(img_attn)
-        img = img + i_gate2 * self.img_mlp(F.layer_norm(img, img.shape[-1:]) * (1 + i_scale2) + i_shift2)
-        txt = txt + t_gate * self.txt_proj(txt_attn)
-        txt = txt + t_gate2 * self.txt_mlp(F.layer_norm(txt, txt.shape[-1:]) * (1 + t_scale2) + t_shift2)
-        return img, txt
+    flipped = True
 
 
 class HunyuanVideo(nn.Module):
