@@ -153,6 +153,31 @@ def test_the_speed_figure_is_the_tables_at_the_size_sampled(monkeypatch: Any, ca
     assert seen == [("flux", "fast", 128, 128, 1), ("flux", "fast", 192, 192, 1)]
 
 
+def test_each_sampler_of_a_split_schedule_names_its_part_of_the_noise_schedule(caplog: Any) -> None:
+    """Issue 58: Wan 2.2 14B's workflow runs two models, each with its ToMe node, through two KSamplerAdvanced over
+    one schedule: the high-noise expert from step 0 to 4 (leftover noise returned), the low-noise expert from step 4
+    to the end. The models cannot tell which expert they are; each line says which part of the schedule it sampled
+    (the sampling's sigmas beside the model's `sigma_max`). A whole schedule adds nothing."""
+    sigmas = [*torch.linspace(8.0, 0.1, 8).tolist(), 0.0]  # the stand-in's schedule of 8 steps (comfy_stub.sampling)
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, last_step=4, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan", seed=1), "Fast"), steps=8, start_step=4, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, start_step=2, last_step=6, **ARGS["wan"])
+    sample(tome(load_checkpoint("sdxl"), "Fast"), steps=8, start_step=6)  # an SDXL refiner's part: a UNet's line
+    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, **ARGS["wan"])
+    high, low, middle, refiner, whole = (line for _, line in tome_lines(caplog))
+    part = "part of the noise schedule"
+    assert high.startswith(
+        f"{HEAD} (Fast for wan) on the high-noise {part}, 4 steps from sigma 8 to {sigmas[4]:.3g}: keys/values"
+    )
+    assert low.startswith(f"{HEAD} (Fast for wan) on the low-noise {part}, 4 steps from sigma {sigmas[4]:.3g} to 0:")
+    assert middle.startswith(
+        f"{HEAD} (Fast for wan) on a middle {part}, 4 steps from sigma {sigmas[2]:.3g} to {sigmas[6]:.3g}:"
+    )
+    assert refiner.startswith(f"{HEAD} (Fast for sdxl) on the low-noise {part}, 2 steps from sigma {sigmas[6]:.3g}")
+    assert whole.startswith(f"{HEAD} (Fast for wan): keys/values")
+
+
 def test_an_interrupt_leaves_nothing_patched_and_the_next_sampling_is_bitwise(family: str, caplog: Any) -> None:
     model = load_checkpoint(family)
     reference = sample(model, **ARGS[family])

@@ -1,7 +1,8 @@
 """diffusers pipelines of each diffusion transformer family, on the CPU with tiny components (the text encoders'
 embeddings are given directly: no tokenizer or text encoder is built): `tome_core.apply_patch(pipe, preset=...)`
 reduces the pipeline's transformer for whole generations, the step window follows the pipeline's scheduler, and
-`remove_patch(pipe)` leaves the next generation bitwise the unpatched one."""
+`remove_patch(pipe)` leaves the next generation bitwise the unpatched one. Wan's first-last-frame-to-video runs its
+image-to-video pipeline with a tiny Wan VAE (and, for Wan 2.1 FLF2V, a tiny CLIP image encoder)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import tome_core
+from tome_core.families import Tokens
 
 from dit_models import TINY
 
@@ -273,4 +275,119 @@ def test_wan22s_two_experts_are_both_reduced_and_both_removed() -> None:
     assert not torch.equal(out, base)
     tome_core.remove_patch(pipe)
     assert not tome_core.is_patched(pipe.transformer_2)
+    assert torch.equal(generate(pipe, kwargs), base)
+
+
+def _wan_flf2v(image_dim: int | None) -> tuple[Any, dict[str, Any]]:
+    """Wan first-last-frame-to-video as diffusers runs it, `WanImageToVideoPipeline(image=..., last_image=...)`:
+    `image_dim` 16, Wan 2.1 FLF2V 14B (CLIP embeddings of both frames for its cross-attention, the text padded to the
+    512 tokens its attention expects); None, Wan 2.2 I2V A14B (no image encoder). Both frames reach the transformer
+    as channels beside the noisy latent (a mask, then the VAE's latent of first frame, blank frames and last frame):
+    12 = 4 noisy + 4 mask (the VAE's 4 frames per latent frame) + 4 condition. 64 px and 9 frames: 3 latent frames
+    of 4x4 patches."""
+    import transformers
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        WanImageToVideoPipeline,
+        WanTransformer3DModel,
+    )
+    from PIL import Image
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(
+        base_dim=3,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    ).eval()
+    torch.manual_seed(0)
+    transformer = WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=16,
+        in_channels=12,
+        out_channels=4,
+        text_dim=32,
+        freq_dim=16,
+        ffn_dim=64,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=64,
+        image_dim=image_dim,
+        added_kv_proj_dim=None if image_dim is None else 32,
+        pos_embed_seq_len=None if image_dim is None else 2 * 5,  # both frames' 5 CLIP tokens
+    ).eval()
+    encoders: dict[str, Any] = {}
+    if image_dim is not None:
+        config = transformers.CLIPVisionConfig(
+            hidden_size=image_dim,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=16,
+        )
+        # The PIL processor where transformers has it: the default one warns without torchvision.
+        processor = getattr(transformers, "CLIPImageProcessorPil", transformers.CLIPImageProcessor)
+        encoders = {
+            "image_encoder": transformers.CLIPVisionModel(config).eval(),
+            "image_processor": processor(crop_size=32, size={"shortest_edge": 32}),
+        }
+    pipe = WanImageToVideoPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        transformer=transformer,
+        **encoders,
+    )
+    g = torch.Generator().manual_seed(3)
+    first, last = (Image.fromarray((torch.rand(64, 64, 3, generator=g) * 255).byte().numpy()) for _ in range(2))
+    text = 7 if image_dim is None else 512
+    return pipe, {
+        "image": first,
+        "last_image": last,
+        "prompt_embeds": torch.randn(1, text, 32, generator=g),
+        "negative_prompt_embeds": torch.randn(1, text, 32, generator=g),
+        "height": 64,
+        "width": 64,
+        "num_frames": 9,
+        "guidance_scale": 1.0,
+    }
+
+
+@pytest.mark.parametrize("image_dim", [16, None], ids=["wan21-flf2v", "wan22-i2v"])
+def test_wan_first_last_frame_to_video_is_reduced_as_image_to_video_and_bitwise_after_removal(
+    image_dim: int | None,
+) -> None:
+    """Issue 58: a first and a last frame add no token to Wan's sequence (channels beside the noisy latent, and for
+    Wan 2.1 FLF2V CLIP tokens in its cross-attention), so the layout is image-to-video's: the first latent frame
+    kept whole, the last one's tokens generated and reduced like the others. The patched run reduces every selected
+    block, and `remove_patch(pipe)` leaves the next generation bitwise the unpatched one."""
+    pipe, kwargs = _wan_flf2v(image_dim)
+    pipe.set_progress_bar_config(disable=True)
+    base = generate(pipe, kwargs)
+    assert not torch.equal(generate(pipe, {**kwargs, "last_image": kwargs["image"]}), base)  # the last frame counts
+    seen: list[torch.Size] = []
+    spy = pipe.transformer.register_forward_pre_hook(
+        lambda module, args, kw: seen.append(kw["hidden_states"].shape), with_kwargs=True
+    )
+    tome_core.apply_patch(pipe, preset="balanced")
+    out = generate(pipe, kwargs)
+    spy.remove()
+    stats = tome_core.stats(pipe)
+    assert stats is not None and stats.unet_calls == STEPS and stats.applied == stats.selected > 0, stats
+    assert out.shape == base.shape and not torch.equal(out, base)
+    layout = tome_core.find_layout(pipe.transformer)
+    assert layout is not None
+    _, channels, frames, height, width = seen[0]
+    tokens = layout.tokens(pipe.transformer, (), {"hidden_states": torch.zeros(seen[0])}, {})
+    cells = (height // 2) * (width // 2)
+    assert (channels, frames) == (12, 3) and tokens == Tokens(cells, (frames - 1, height // 2, width // 2), 0)
+    tome_core.remove_patch(pipe)
     assert torch.equal(generate(pipe, kwargs), base)

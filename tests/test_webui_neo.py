@@ -5,7 +5,10 @@ shaped like its Spectrum, each as read from Neo's tree and seen running it (docs
 
 from __future__ import annotations
 
+import html
+import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +20,8 @@ from webui_stub import forge, neo
 from webui_stub.harness import custom_args, tome_args
 
 import tome_core
-from tome_core import TomeConfig, get_preset
+from tome_core import TomeConfig, figures, get_preset
+from tome_core.words import FAMILY_LABELS, speed_words
 from tome_webui import hosts, ui
 
 FIRST = TomeConfig(ratio=0.5)
@@ -173,6 +177,41 @@ def test_the_loaded_family_is_the_engines(model: type[neo.Flux]) -> None:
     assert sd_models.model_data.sd_model is engine
     assert ui.loaded_family() == FAMILY.get(model)
     assert hosts.host_of(engine).unet(engine) is (module_of(engine) if model in FAMILY else None)
+
+
+class Wan5B(neo.Wan):
+    """Wan 2.2 TI2V 5B: Neo's Wan class, its patch embedding taking the Wan 2.2 VAE's 48 latent channels."""
+
+    @staticmethod
+    def transformer() -> torch.nn.Module:
+        from backend.nn.wan import WanModel
+
+        return WanModel(in_dim=48)
+
+
+@pytest.mark.parametrize("preset", ["balanced", "fastest"])
+def test_a_wan22_5b_shows_the_5bs_figures_in_wans_words(preset: str) -> None:
+    """Issue 58: the hint under Speed of a loaded Wan 2.2 TI2V 5B gives the 5B's rows of the speed table
+    (`tome_core.families.figures_family`), in its line and its tooltip, not the 14B's; its presets, label and
+    change stay Wan's."""
+    neo.NeoWebUI(Wan5B(), lazy=False)
+    assert ui.loaded_family() == "wan"
+    page = {"width": 832, "height": 480, "hires": False, "hr_scale": 2, "send": 3, "controls": {"preset": preset}}
+    rendered = ui.note_function(False)(type("Event", (), {"_data": json.dumps(page)})())
+    line = html.unescape(rendered)
+    five, fourteen = (speed_words(preset, name, (832, 480)) for name in ("wan22-5b", "wan"))
+    assert five and fourteen and five != fourteen  # the test tells them apart
+    assert five in line and fourteen not in line
+    assert f"{FAMILY_LABELS['wan']}: " in line
+    tooltip = html.unescape(re.search(r' title="([^"]*)"', rendered).group(1))  # type: ignore[union-attr]
+    rows = {name: table_words(name, preset) for name in ("wan22-5b", "wan")}
+    assert f"faster per step: {rows['wan22-5b']}" in tooltip and rows["wan"] not in tooltip
+
+
+def table_words(name: str, preset: str) -> str:
+    """A figures family's speed-ups at each size of the speed table, as the tooltip lists them."""
+    found = [figures.speed(name, preset, *size) for size in figures.sizes(name, preset)]
+    return ", ".join(f"{f.speedup:.2f}\u00d7 at {f.size[0]}\u00d7{f.size[1]}" for f in found if f is not None)
 
 
 def test_custom_settings_a_transformer_cannot_run_are_refused_in_the_note() -> None:

@@ -30,7 +30,8 @@ DESCRIPTIONS = {
     " diffusion transformers Flux.1, Chroma, Qwen-Image, SD3.5, Lumina 2 and Wan (keys/values of the generated tokens"
     " subsampled, text and reference-image tokens kept whole). Other models run unchanged and the log says so. For a"
     " hires workflow put a second ToMe node on the second sampler's model; each sampling's log line gives the speed-up"
-    " at the size it sampled.",
+    " at the size it sampled and, where two samplers share one schedule (Wan 2.2 14B's high-noise and low-noise"
+    " models, a refiner), which part of the noise schedule it sampled.",
     TOME_ADVANCED_NODE: "Token merging (ToMe for SD) with every setting of the core (the same table as the WebUI"
     " extension's). On a diffusion transformer (Flux.1, Chroma, Qwen-Image, SD3.5, Lumina 2, Wan) set mode to kv: the"
     " cells (sx, sy, st), the block window (block_start, block_end), the step window and random partitions apply there; the"

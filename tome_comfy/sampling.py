@@ -28,7 +28,9 @@ Per sampling the wrapper also
 - logs once, through `logging.getLogger("tome")`, each kind of merging that ran with its block counts, the size
   sampled and the preset's speed-up there (`tome_core.words.speed_words`), why fewer blocks merged than selected,
   and also when the sampling was interrupted or failed; each line starts with `ToMe <version>` (`LOG_HEAD`), so a
-  bug report that quotes it says which version ran.
+  bug report that quotes it says which version ran. A sampling of part of a schedule (KSamplerAdvanced's start and
+  end steps, SplitSigmas) names that part (`schedule_part`): Wan 2.2 14B's two experts, one ToMe node each, are the
+  same architecture, and only the sigmas a sampling gets tell the high-noise expert's line from the low-noise one's.
 
 Under ComfyUI's TorchCompileModel (before or after our node: both clones carry both wrappers) the patch goes on the
 module the compiled wrapper runs, which traces it once per setting and size (tome_core's patch docstring); the line
@@ -45,6 +47,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -211,9 +214,11 @@ class TomeSampling:
         guider = executor.class_obj  # the CFGGuider sampling; its model_options are this sampling's own copy
         patcher = guider.model_patcher
         size = sampled_size(patcher, executor.original, args, kwargs)
+        part = schedule_part(patcher, executor.original, args, kwargs)
         run = start_run(self.request, patcher, guider.model_options, size)
         if run is None:
             return executor(*args, **kwargs)
+        run.part = part
         try:
             args, kwargs = run.follow_steps(executor.original, args, kwargs)
             output = executor(*args, **kwargs)
@@ -295,6 +300,58 @@ def sampled_size(
     spatial, temporal = LATENT_SCALE.get(type(latent).__name__, (8, 4))
     frames = (int(shape[2]) - 1) * temporal + 1 if len(shape) == 5 else 1
     return int(shape[-1]) * spatial, int(shape[-2]) * spatial, frames
+
+
+#: How far below the model's `sigma_max` a first sigma still counts as the schedule's start: ComfyUI's schedulers
+#: start at `sigma_max` up to float rounding, and a sampling started one step later lies well below (Wan's shift-8
+#: schedule of 100 steps: its second sigma 0.13% below 1).
+SIGMA_MAX_TOLERANCE = 1e-4
+
+
+def sigma_max(patcher: Any) -> float | None:
+    """The sigma a full schedule of this model starts at (ComfyUI's `model_sampling.sigma_max`), None where the
+    model has no such object."""
+    getter = getattr(patcher, "get_model_object", None)
+    try:
+        sampling = getter("model_sampling") if callable(getter) else None
+        value = getattr(sampling, "sigma_max", None)
+        return float(value) if value is not None else None
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:  # another host's model: no part named
+        log.debug("ToMe: no sigma_max for the log: %s", exc)
+        return None
+
+
+def _sigma_text(sigma: float) -> str:
+    return f"{sigma:.3g}"
+
+
+def schedule_part(patcher: Any, outer_sample: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """ " on the high-noise part of the noise schedule, 10 steps from sigma 1 to 0.875" for a sampling that starts at
+    the model's `sigma_max` and stops before sigma 0 (KSamplerAdvanced returning leftover noise: Wan 2.2 14B's
+    high-noise expert), "the low-noise part" for one that starts below it and ends at 0 (the low-noise expert, an
+    SDXL refiner, a hires pass), "a middle part" for one that does neither; "" for a whole schedule or without the
+    sigmas. The log's words for it, after the head: the models of a split schedule cannot tell their part apart,
+    their sampling can."""
+    try:
+        sigmas = _bind(outer_sample, args, kwargs).arguments.get("sigmas")
+    except TypeError as exc:  # another signature than ComfyUI's outer_sample: the log goes without the part
+        log.debug("ToMe: no sigmas for the log: %s", exc)
+        return ""
+    if not isinstance(sigmas, torch.Tensor) or sigmas.dim() != 1 or sigmas.shape[0] < 2:
+        return ""
+    top = sigma_max(patcher)
+    if top is None:
+        return ""
+    # Two values read back once per sampling, before it runs (ComfyUI keeps the sigmas on the model's device).
+    first, last = (float(v) for v in sigmas[[0, -1]].tolist())
+    starts = first >= top * (1 - SIGMA_MAX_TOLERANCE)
+    ends = last == 0
+    if starts and ends:
+        return ""
+    part = "the high-noise part" if starts else "the low-noise part" if ends else "a middle part"
+    steps = int(sigmas.shape[0]) - 1
+    count = "1 step" if steps == 1 else f"{steps} steps"
+    return f" on {part} of the noise schedule, {count} from sigma {_sigma_text(first)} to {_sigma_text(last)}"
 
 
 def comfy_blocks(unet: nn.Module) -> Iterator[tuple[str, tuple[str, int, int], int]]:
@@ -403,6 +460,7 @@ class _Run:
         self.request, self.patcher, self.unet, self.family, self.config = request, patcher, unet, family, config
         self.size = size
         self.compiled: str | None = None  # `compiled_with`: the model runs under ComfyUI's torch.compile wrapper
+        self.part = ""  # `schedule_part`: the part of a split schedule this sampling ran, in the log's words
 
     # ------------------------------------------------------------------ during sampling
 
@@ -435,7 +493,7 @@ class _Run:
         stats = tome_core.stats(self.unet)
         if stats is None:
             return
-        head = f"{LOG_HEAD} ({self.request.label(self.family)})"
+        head = f"{LOG_HEAD} ({self.request.label(self.family)}){self.part}"
         if stopped is not None:
             interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
             what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"

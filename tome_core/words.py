@@ -44,6 +44,7 @@ TYPICAL_SIZES: Mapping[str, tuple[int, int, int]] = MappingProxyType(
         "lumina2": (1024, 1024, 1),
         "sd3": (1024, 1024, 1),
         "wan": (832, 480, 81),
+        "wan22-5b": (1280, 704, 121),  # the speed table's Wan 2.2 TI2V 5B (`tome_core.families.FIGURES_FAMILIES`)
         "hunyuanvideo": (1280, 720, 129),
         "hunyuanvideo15": (1280, 720, 121),
         "ltx": (768, 512, 121),
@@ -279,11 +280,14 @@ def preset_hint(
     size: Size | None = None,
     device: str | None = None,
     hires: Size | None = None,
+    figures_family: str | None = None,
 ) -> str:
     """What a user reads to choose `preset`: its own words, then for the model `family` that runs it (every UNet
     family when that is not known) how much faster each step gets at `size` (and in a hires pass at `hires`) and how
     much it changes the image beside the reference users know; a note when the image is too small for the preset
     to merge at some level. `device` is where the model runs (figures are a GPU's; on a CPU the hint says so).
+    `figures_family`: the speed table's rows for that model where they are not `family`'s
+    (`tome_core.families.figures_family`: a Wan 2.2 TI2V 5B's), its words and change staying `family`'s.
     Example (Balanced, SD1/SD2, 512 px with a 1024 px hires pass)::
 
         The default. SD1/SD2: about 1.06× faster per step at 512×512, 1.33× in the 1024×1024 hires pass (NVIDIA
@@ -292,7 +296,8 @@ def preset_hint(
     chosen = _preset(preset)
     figures_text = []
     for name in _families(family):
-        speed = speed_words(chosen, name, size, hires)
+        rows = figures_family if family is not None and figures_family is not None else name
+        speed = speed_words(chosen, rows, size, hires)
         held = chosen.fidelity.get(name)
         change = f"changes the image {change_words(held)}" if held is not None else "its change not measured yet"
         figures_text.append(f"{FAMILY_LABELS[name]}: {'; '.join(t for t in (speed, change) if t)}")

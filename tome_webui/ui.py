@@ -11,7 +11,8 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
     cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, one line in the user's words,
                        what it gains and changes for the loaded model's family (SD1/SD2 and SDXL while none is
                        known; a diffusion transformer's family in Forge Neo): how much faster a step gets at the
-                       page's size, from the speed table (`tome_core.figures`), and in the same line the Hires fix
+                       page's size, from the speed table (`tome_core.figures`: the loaded architecture's rows, a
+                       Wan 2.2 TI2V 5B's and not the 14B's, `loaded_figures_family`), and in the same line the Hires fix
                        pass's figure at its target size while it runs the same preset; the change beside the
                        reference the preset is held to (`preset_hint` in tome_core/words.py), and a note when the
                        image is too small for it to merge at some level; what it runs, its figures per size and
@@ -64,7 +65,7 @@ from typing import Any
 from torch import nn
 
 import tome_core
-from tome_core import FAMILIES, TomeConfig, figures, presets
+from tome_core import FAMILIES, TomeConfig, families, figures, presets
 from tome_core.dit import check_config
 from tome_core.plan import plan_dit
 from tome_core.presets import REFERENCES
@@ -325,24 +326,35 @@ def note_function(is_img2img: bool) -> Callable[[Any], str]:
     import gradio as gr
 
     def handler(event: Any) -> str:
+        family = loaded_family()
         return note_for_page(
             getattr(event, "_data", None),
             is_img2img=is_img2img,
-            family=loaded_family(),
+            family=family,
             device=compat.compute_device(),
+            figures_family=loaded_figures_family(family),
         )
 
     handler.__annotations__ = {"event": gr.EventData, "return": str}  # gradio finds EventData by annotation
     return handler
 
 
-def note_for_page(text: Any, *, is_img2img: bool, family: str | None = None, device: str | None = None) -> str:
+def note_for_page(
+    text: Any,
+    *,
+    is_img2img: bool,
+    family: str | None = None,
+    device: str | None = None,
+    figures_family: str | None = None,
+) -> str:
     """The note for the JSON javascript/tome.js wrote (`PageValues`): the controls' values in it, the token hint
     for its sizes; the note at the controls' defaults before it wrote any."""
     page = PageValues.from_json(text)
     names = note_args(is_img2img)
     values = {name: value for name, value in (page.controls if page else {}).items() if name in names}
-    return note_html(values, is_img2img=is_img2img, page=page, family=family, device=device)
+    return note_html(
+        values, is_img2img=is_img2img, page=page, family=family, device=device, figures_family=figures_family
+    )
 
 
 def loaded_family() -> str | None:
@@ -360,6 +372,15 @@ def loaded_family() -> str | None:
     except (TypeError, ValueError) as exc:
         log.debug("ToMe: no model family for the speed hint: %s", exc)
         return None
+
+
+def loaded_figures_family(family: str | None) -> str | None:
+    """The speed table's family for the loaded model, whose presets are `family`'s
+    (`tome_core.families.figures_family`: a Wan 2.2 TI2V 5B's rows, not the 14B's); None while no family is known."""
+    if family is None:
+        return None
+    module = loaded_module()
+    return family if module is None else families.figures_family(module, family)
 
 
 def note_job(values: Mapping[str, Any], *, is_img2img: bool) -> TomeJob:
@@ -441,11 +462,13 @@ def note_html(
     page: PageValues | None = None,
     family: str | None = None,
     device: str | None = None,
+    figures_family: str | None = None,
 ) -> str:
     """HTML for the note under the speed selector (see the module docstring), from the `note_args` values; with
     the `page` values, the token hint follows it. `family`: the loaded model's ("sd", "sdxl", "flux", ...), None
     when unknown (then SD1/SD2 and SDXL are shown). `device`: where the WebUI runs models (the figures are a GPU's;
-    on another device the hint says so).
+    on another device the hint says so). `figures_family`: the speed table's rows for the loaded model where they
+    are not its family's (`loaded_figures_family`: a Wan 2.2 TI2V 5B's); the presets and words stay `family`'s.
 
     A preset is one line in the family's words (`preset_hint`), its figures at the page's size (and at the Hires fix
     target while that pass runs the same preset); what it runs and its tokens per level are in the note's tooltip.
@@ -464,12 +487,14 @@ def note_html(
     details: list[str] = []
     if job.needs_family(False):
         target = hires_size if not is_img2img and hires_follows(job) else None
-        lines.append((preset_hint(job.preset, family, size, device, hires=target), False))
-        details += preset_tooltip(job.preset, family)
+        lines.append(
+            (preset_hint(job.preset, family, size, device, hires=target, figures_family=figures_family), False)
+        )
+        details += preset_tooltip(job.preset, family, figures_family)
     else:
         lines.append(_custom_line("", job.first, family))
     if not is_img2img:
-        hires_lines, hires_details = _hires_lines(job, family, hires_size, device)
+        hires_lines, hires_details = _hires_lines(job, family, hires_size, device, figures_family)
         lines += hires_lines
         details += hires_details
     if page is not None:
@@ -484,15 +509,16 @@ def _families(family: str | None) -> tuple[str, ...]:
     return FAMILIES if family is None else (family,)
 
 
-def preset_tooltip(preset: str, family: str | None) -> list[str]:
+def preset_tooltip(preset: str, family: str | None, figures_family: str | None = None) -> list[str]:
     """The note's tooltip for a preset, one line per family (`family` alone when known): what it runs
-    (`describe_config`), its speed-up at each size of the speed table and where those figures come from, and the
-    reference its change is held to, in full."""
+    (`describe_config`), its speed-up at each size of the speed table (`figures_family`'s rows where given) and
+    where those figures come from, and the reference its change is held to, in full."""
     chosen = tome_core.get_preset(preset)
     lines = []
     for name in _families(family):
         parts = [describe_config(chosen.config(name), name)]
-        found = [figures.speed(name, chosen.name, *size) for size in figures.sizes(name, chosen.name)]
+        rows = figures_family if family is not None and figures_family is not None else name
+        found = [figures.speed(rows, chosen.name, *size) for size in figures.sizes(rows, chosen.name)]
         each = [f"{f.speedup:.2f}\u00d7 at {f.size[0]}\u00d7{f.size[1]}" for f in found if f is not None]
         if each:
             source = found[0].source if found[0] is not None else None
@@ -506,7 +532,11 @@ def preset_tooltip(preset: str, family: str | None) -> list[str]:
 
 
 def _hires_lines(
-    job: TomeJob, family: str | None, size: tuple[int, int] | None, device: str | None = None
+    job: TomeJob,
+    family: str | None,
+    size: tuple[int, int] | None,
+    device: str | None = None,
+    figures_family: str | None = None,
 ) -> tuple[list[tuple[str, bool]], list[str]]:
     """The hires pass's lines where it runs other values than the first pass: its own preset (that preset's line at
     the hires size), other custom values, or none ("no merging"); a pass at the first pass's preset has its figure
@@ -521,8 +551,9 @@ def _hires_lines(
         return [], []
     if job.hires_preset != CUSTOM and not job.hires_changes:  # a preset of its own
         label = PRESET_LABELS[job.hires_preset]
-        return [(f"Hires pass, {label}: {preset_hint(job.hires_preset, family, size, device)}", False)], [
-            f"Hires pass, {line}" for line in preset_tooltip(job.hires_preset, family)
+        hint = preset_hint(job.hires_preset, family, size, device, figures_family=figures_family)
+        return [(f"Hires pass, {label}: {hint}", False)], [
+            f"Hires pass, {line}" for line in preset_tooltip(job.hires_preset, family, figures_family)
         ]
     configs = {f: job.pass_config(True, f) for f in _families(family)}
     if all(c == job.pass_config(False, f) for f, c in configs.items()):

@@ -84,6 +84,19 @@ def latent_format(name: str) -> LatentFormat:
     return type(name, (LatentFormat,), {})()
 
 
+#: The noisiest sigma of the stand-in's schedules (`sample`).
+SIGMA_MAX = 8.0
+
+
+class ModelSampling:
+    """`comfy.model_sampling`'s object on the model (`BaseModel.model_sampling`): the sigma its schedules start at,
+    a tensor as ComfyUI's `sigma_max` property returns it."""
+
+    @property
+    def sigma_max(self) -> torch.Tensor:
+        return torch.tensor(SIGMA_MAX)
+
+
 #: name -> (model config, diffusion model kind, latent format, the model's timestep per sigma); the diffusion
 #: transformers are tests/comfy_stub/dit.py's.
 DITS: dict[str, tuple[type, str, str, float]] = {
@@ -117,6 +130,7 @@ class BaseModel(nn.Module):
         self.model_config = model_config
         self.latent_format = latent if latent is not None else latent_format(type(model_config).__name__)
         self.timestep_per_sigma = timestep_per_sigma
+        self.model_sampling = ModelSampling()
 
     def apply_model(
         self,
@@ -310,16 +324,22 @@ def sample(
     latent: torch.Tensor | None = None,
     callback: Callable[..., Any] | None = None,
     frames: int | None = None,
+    start_step: int | None = None,
+    last_step: int | None = None,
     **extra_conds: Any,
 ) -> torch.Tensor:
     """What KSampler does: noise from the seed (its own generator), sigmas for `steps`, CFG guider, Euler. `frames`:
-    a video latent [1, 4, frames, size, size]; `extra_conds` reach the diffusion model as keywords (`ref_latents`)."""
+    a video latent [1, 4, frames, size, size]; `extra_conds` reach the diffusion model as keywords (`ref_latents`).
+    `start_step`, `last_step`: KSamplerAdvanced's "start_at_step" and "end_at_step" with leftover noise returned,
+    which cut the schedule's sigmas (`comfy.samplers.KSampler.sample`): a sampling from sigma `start_step` to sigma
+    `last_step`, that sigma not 0."""
     generator = torch.Generator().manual_seed(seed)
     image = (1, 4, size, size) if frames is None else (1, 4, frames, size, size)
     shape = image if latent is None else tuple(latent.shape)
     noise = torch.randn(shape, generator=generator)
-    full = [*torch.linspace(8.0, 0.1, round(steps / denoise)).tolist(), 0.0]
+    full = [*torch.linspace(SIGMA_MAX, 0.1, round(steps / denoise)).tolist(), 0.0]
     sigmas = torch.tensor(full[-(steps + 1) :])
+    sigmas = sigmas[: None if last_step is None else last_step + 1][start_step:]
     cond = torch.randn(1, 5, CONTEXT_DIM, generator=generator)
     uncond = torch.zeros(1, 5, CONTEXT_DIM)
     guider = CFGGuider(model, cond, uncond, cfg, extra_conds)
