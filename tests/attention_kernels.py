@@ -129,11 +129,19 @@ def memory_efficient_attention_partial(
 
 
 def memory_efficient_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_bias: Any = None, **kwargs: Any
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: Any = None,
+    p: float = 0.0,
+    scale: float | None = None,
+    **kwargs: Any,
 ) -> torch.Tensor:
-    """xformers' full attention ([B, L, H, D], a tensor bias [B, H, L, K] allowed), in the query's dtype."""
+    """xformers' full attention ([B, L, H, D], a tensor bias [B, H, L, K] allowed), in the query's dtype; `p` and
+    `scale` may come in place, as diffusers' xformers backend passes them."""
+    assert p == 0.0
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias).transpose(1, 2)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, scale=scale).transpose(1, 2)
 
 
 #: `import xformers; xformers.ops...`, as ComfyUI's attention module reaches it.

@@ -23,6 +23,7 @@ a compiled graph reads comes through the model (an `nn.Module`), so it stays a c
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ from tome_core.compat import additive, attention_dtype, eager, is_compiling, sta
 from tome_core.config import TomeConfig, field_spec
 from tome_core.families import BlockIO, Layout, Tokens
 from tome_core.hooks import Hook, timestep_arg, uninstall, unmark
-from tome_core.kernels import LseKernel, pytorch
+from tome_core.kernels import HostBackend, LseKernel, diffusers_backend, pytorch
 from tome_core.merge import BandMerge, Partition, band_match, band_merge, grid_layout, kv_table, partition
 from tome_core.plan import BlockPlan, BlockTable, plan_dit
 
@@ -230,6 +231,9 @@ class AttentionHook(Hook):
         self.model = model  # the patch's numbers are read through it: constants of a compiled graph
         self.plan = plan
         self.attr = attr
+        # diffusers' attention dispatch, where the module's processor may call another kernel than
+        # scaled_dot_product_attention (`host`); looked up once here, the processor's backend at every call.
+        self.dispatch = sys.modules.get("diffusers.models.attention_dispatch") if hasattr(module, "processor") else None
         self.reset()
 
     def reset(self) -> None:
@@ -237,6 +241,7 @@ class AttentionHook(Hook):
         self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
         self.kernel = ""  # what ran the reduced attention (`LseKernel.name`, or the host's function)
         self.own_off = ""  # why its queries did not keep their own key, where they did not
+        self.unreached = ""  # why its attention was not reached, where the core knows (`host`)
 
     def state(self) -> DitState | None:
         state = getattr(self.model, self.attr, None)
@@ -251,13 +256,31 @@ class AttentionHook(Hook):
             return self.call(*args, **kwargs)
         self.planned = True
         state.running = self
+        restore = None
         try:
             if state.interceptor == "host":
                 return self.call(*args, **kwargs)
-            with _SdpaKeys(self, state):
+            host = self.host()
+            if host is not None:
+                restore = host.route()  # this forward only: the processor's backend is the user's outside it
+            with _SdpaKeys(self, state, host):
                 return self.call(*args, **kwargs)
         finally:
             state.running = None
+            if restore is not None:
+                restore()
+
+    def host(self) -> HostBackend | None:
+        """The backend the module's diffusers processor calls now where that is not scaled_dot_product_attention and
+        the core can run its kernel (`tome_core.kernels.diffusers_backend`); else None, the reason recorded where
+        the core cannot (the block then runs as without ToMe: planned, not reached)."""
+        if self.dispatch is None:
+            return None
+        host = diffusers_backend(getattr(self.module, "processor", None), self.dispatch)
+        if host is None or host.kernel is None:
+            self.unreached = "" if host is None else host.why
+            return None
+        return host
 
     def reduce(
         self,
@@ -439,12 +462,16 @@ NOT_PLAIN = "its attention call was not a plain self-attention ToMe could run it
 
 class _SdpaKeys(TorchFunctionMode):
     """Inside one attention module's forward: scaled_dot_product_attention gets the subsampled keys/values.
-    Tensors are [B, H, L, D] (or [B, L, D]): the sequence is dimension -2."""
+    Tensors are [B, H, L, D] (or [B, L, D]): the sequence is dimension -2.
 
-    def __init__(self, hook: AttentionHook, state: DitState) -> None:
+    With `host` (a diffusers backend routed to the native one for this forward), the calls are the user's backend's:
+    its kernel runs the kept keys' attention, and every call it cannot take runs that backend, never PyTorch's."""
+
+    def __init__(self, hook: AttentionHook, state: DitState, host: HostBackend | None = None) -> None:
         super().__init__()
         self.hook = hook
         self.state = state
+        self.host = host
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -455,20 +482,35 @@ class _SdpaKeys(TorchFunctionMode):
             return func(*args, **kwargs)
         given = dict(zip(_SDPA_NAMES, args))
         given.update({name: kwargs.pop(name) for name in _SDPA_NAMES if name in kwargs})
-        if self.state.own_key and len(args) <= len(_SDPA_NAMES) and _own_key_fits(given, kwargs):
+        host = self.host
+        kernel = PYTORCH if host is None or host.kernel is None else host.kernel
+        refused = None
+        if host is not None and isinstance(given.get("query"), torch.Tensor):
+            refused = kernel.fits(given["query"], given.get("attn_mask"))
+        if self.state.own_key and refused is None and len(args) <= len(_SDPA_NAMES) and _own_key_fits(given, kwargs):
             out = self.hook.attend(
-                self.state, given["query"], given["key"], given["value"], given.get("attn_mask"), kwargs.get("scale")
+                self.state,
+                given["query"],
+                given["key"],
+                given["value"],
+                given.get("attn_mask"),
+                kwargs.get("scale"),
+                kernel,
             )
             if out is not None:
                 return out
         if isinstance(given.get("key"), torch.Tensor) and isinstance(given.get("value"), torch.Tensor):
             reduced = self.hook.reduce(
-                self.state, given["key"], given["value"], -2, given.get("attn_mask"), PYTORCH.name, NOT_PLAIN
+                self.state, given["key"], given["value"], -2, given.get("attn_mask"), kernel.name, refused or NOT_PLAIN
             )
             if reduced is not None:
                 given["key"], given["value"], given["attn_mask"] = reduced
+        rest = args[len(_SDPA_NAMES) :]  # dropout_p, is_causal, ... where a caller passed them in place
+        if host is not None:
+            q, k, v = given.pop("query"), given.pop("key"), given.pop("value")
+            return host.run(q, k, v, given.pop("attn_mask", None), *rest, **kwargs)
         positional = [given.pop(name) for name in _SDPA_NAMES[: len(args)] if name in given]
-        return func(*positional, **given, **kwargs)
+        return func(*positional, *rest, **given, **kwargs)
 
 
 def _own_key_fits(given: dict[str, Any], kwargs: dict[str, Any]) -> bool:
@@ -595,7 +637,8 @@ class MergeHook(Hook):
 
     def reset(self) -> None:
         self.called = self.planned = self.reached = self.applied = self.grid_miss = self.own_key = False
-        self.kernel = self.own_off = ""  # as AttentionHook's: a merged block runs the model's own attention
+        # As AttentionHook's: a merged block runs the model's own attention.
+        self.kernel = self.own_off = self.unreached = ""
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         state = None if self.passthrough else getattr(self.model, self.attr, None)

@@ -16,12 +16,19 @@ The core imports none of them: a host hands over the function it would call itse
 module of its attention function, say), so the kernel that runs is the one the user chose, never a replacement.
 A kernel that gives no log-sum-exp (a build whose `sageattn` ignores `return_lse`) still runs once with the kept
 keys; `LseKernel.run` then returns its output with lse None, and the block runs without the own key, saying why.
+
+diffusers' attention backends (`model.set_attention_backend("sage")`, the `attention_backend(...)` context manager)
+call their library from `diffusers.models.attention_dispatch`, never through scaled_dot_product_attention: for a
+reduced block's forward, `diffusers_backend` routes the block's processor to diffusers' native backend, the core
+answers its scaled_dot_product_attention call with the library function that module imported (`DIFFUSERS_KERNELS`),
+and every call the core does not answer runs the user's backend (`HostBackend.run`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -109,3 +116,131 @@ def _alone(found: Any) -> Found:
     """A kernel's output without a log-sum-exp: the first of a tuple, or the tensor itself."""
     out = found[0] if isinstance(found, tuple) else found
     return out, None
+
+
+# ---------------------------------------------------------------------------------------------- diffusers' backends
+
+#: diffusers' backends that call scaled_dot_product_attention themselves: the core reaches them as they are.
+DIFFUSERS_NATIVE = frozenset({"native", "_native_cudnn", "_native_efficient", "_native_flash", "_native_math"})
+#: Where `attention_dispatch` keeps a backend's function in its Hub kernel registry, not as a module attribute.
+HUB = "hub"
+#: diffusers' backends whose library returns the log-sum-exp, each called with the keywords diffusers calls it with:
+#: backend -> (adapter, the function's attribute in `attention_dispatch` (dotted) or `HUB`, what the stats call it).
+DIFFUSERS_KERNELS: Mapping[str, tuple[Callable[..., LseKernel], str, str]] = MappingProxyType(
+    {
+        "sage": (sage, "sageattn", "SageAttention"),
+        "sage_hub": (sage, HUB, "SageAttention (Hub kernel)"),
+        **{
+            f"_{name}": (sage, f"sageattn_{name}", f"SageAttention sageattn_{name}")
+            for name in (
+                "qk_int8_pv_fp8_cuda",
+                "qk_int8_pv_fp8_cuda_sm90",
+                "qk_int8_pv_fp16_cuda",
+                "qk_int8_pv_fp16_triton",
+            )
+        },
+        "flash": (flash, "flash_attn_func", "flash-attn"),
+        "flash_hub": (flash, HUB, "flash-attn (Hub kernel)"),
+        "_flash_3": (flash, "flash_attn_3_func", "flash-attn 3"),
+        "_flash_3_hub": (flash, HUB, "flash-attn 3 (Hub kernel)"),
+        "xformers": (xformers, "xops.memory_efficient_attention_partial", "xformers"),
+    }
+)
+
+#: The backends whose kernel the core runs, as the stats' reasons name them.
+RUNS = "it runs under 'native', 'sage', 'flash', '_flash_3', 'xformers' and their variants"
+
+
+@dataclass(frozen=True)
+class HostBackend:
+    """The attention backend a diffusers processor calls, where that is not scaled_dot_product_attention: `kernel`
+    its library as the core calls it, or None where the core cannot (`why`: the block then runs as without ToMe).
+    `backend` is what the processor resolved (its own, else diffusers' active one), `dispatch` diffusers'
+    `attention_dispatch` module."""
+
+    name: str
+    kernel: LseKernel | None
+    why: str
+    processor: Any
+    dispatch: Any
+    backend: Any
+
+    def route(self) -> Callable[[], None]:
+        """Sends the processor's calls to diffusers' native backend (scaled_dot_product_attention, where the core
+        answers them) until the returned function puts the processor's own backend back as it was: its own value,
+        or none of its own."""
+        processor = self.processor
+        had = "_attention_backend" in processor.__dict__
+        old = processor.__dict__.get("_attention_backend")
+        processor._attention_backend = self.dispatch.AttentionBackendName.NATIVE
+
+        def restore() -> None:
+            if had:
+                processor._attention_backend = old
+            else:
+                del processor._attention_backend
+
+        return restore
+
+    def run(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        """A scaled_dot_product_attention call ([B, H, L, D]) the native backend made, run by the user's backend as
+        the processor would have called it ([B, L, H, D]): the calls the core does not answer with `kernel`."""
+        q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+        out = self.dispatch.dispatch_attention_fn(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+            backend=self.backend,
+        )
+        return out.transpose(1, 2)
+
+
+def diffusers_backend(processor: Any, dispatch: Any) -> HostBackend | None:
+    """The backend diffusers' attention `processor` calls now, as the core reaches it; None where the core reaches
+    it as it is (diffusers' native backends, a processor that calls scaled_dot_product_attention itself).
+    `dispatch`: diffusers' `attention_dispatch` module, whose library functions the backends call."""
+    if processor is None or not hasattr(processor, "_attention_backend"):
+        return None
+    backend = processor._attention_backend
+    if backend is None:
+        # dispatch_attention_fn runs the process-wide backend then: the last set_attention_backend, the
+        # `attention_backend(...)` context manager, or DIFFUSERS_ATTN_BACKEND.
+        backend = getattr(getattr(dispatch, "_AttentionBackendRegistry", None), "_active_backend", None)
+    if backend is None:
+        return None
+    name = str(getattr(backend, "value", backend))
+    if name in DIFFUSERS_NATIVE:
+        return None
+    found = DIFFUSERS_KERNELS.get(name)
+    if found is None:
+        why = f"diffusers' attention backend {name!r} calls a kernel ToMe cannot run ({RUNS})"
+        return HostBackend(name, None, why, processor, dispatch, backend)
+    if getattr(processor, "_parallel_config", None) is not None:
+        why = f"diffusers' attention backend {name!r} runs with context parallelism"
+        return HostBackend(name, None, why, processor, dispatch, backend)
+    adapter, where, label = found
+    if where == HUB:
+        function = getattr(getattr(dispatch, "_HUB_KERNELS_REGISTRY", {}).get(name), "kernel_fn", None)
+    else:
+        function = dispatch
+        for part in where.split("."):
+            function = getattr(function, part, None)
+    if not callable(function):
+        why = f"diffusers' attention backend {name!r} has no {'Hub kernel' if where == HUB else where} loaded"
+        return HostBackend(name, None, why, processor, dispatch, backend)
+    return HostBackend(name, adapter(function, label), "", processor, dispatch, backend)

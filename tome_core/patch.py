@@ -158,7 +158,8 @@ class TomeStats:
     in n blocks, ("attn1", n) self-attention, ("attn2", n) cross-attention and ("ff", n) the feed-forward ran on
     merged tokens; on a diffusion transformer ("own", n): each query also attended to its own key in n of them,
     `kernels` what ran the reduced attention ("PyTorch attention", "SageAttention", another node's override) in how
-    many blocks, and `own_key_off` why the others' queries did not keep their own key.
+    many blocks, `own_key_off` why the others' queries did not keep their own key, and `not_reached` why planned
+    blocks were not reached, where the core knows (a diffusers attention backend whose kernel it cannot run).
     `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
     `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
     their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
@@ -180,6 +181,7 @@ class TomeStats:
     modules: tuple[tuple[str, int], ...] = ()  # (kind, blocks) for each kind of module that merged or pooled
     kernels: tuple[tuple[str, int], ...] = ()  # DiT: (what ran the reduced attention, blocks)
     own_key_off: tuple[tuple[str, int], ...] = ()  # DiT: (why queries did not keep their own key, blocks)
+    not_reached: tuple[tuple[str, int], ...] = ()  # DiT: (why planned blocks were not reached, blocks)
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -470,6 +472,7 @@ def _dit_stats(state: DitState) -> TomeStats:
     own = sum(1 for h in hooks if h.applied and h.own_key)  # a merged block's hook never sets it
     kernels = Counter(h.kernel for h in hooks if h.applied and h.kernel)
     off = Counter(h.own_off for h in hooks if h.applied and h.own_off and not h.own_key)
+    unreached = Counter(h.unreached for h in hooks if h.planned and not h.reached and h.unreached)
     return TomeStats(
         mode=state.config.mode,
         total=len(state.table.blocks),
@@ -488,6 +491,7 @@ def _dit_stats(state: DitState) -> TomeStats:
         ),
         kernels=tuple(sorted(kernels.items())),
         own_key_off=tuple(sorted(off.items())),
+        not_reached=tuple(sorted(unreached.items())),
     )
 
 
