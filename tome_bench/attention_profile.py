@@ -7,10 +7,12 @@ row over log N; the spread over heads of the share within distance 4 (local head
 
 It runs on the trained Flux.1-class model (tome_bench.trained_dit, its committed evaluation crops, noise seed 0) and
 on every stand-in family (tome_bench.dit_standin: the natural-spectrum latent noised to each sigma, as `one_call`
-does at 0.5). Attention is captured on `F.scaled_dot_product_attention` with a TorchFunctionMode.
+does at 0.5), per stand-in variant (`--variants`: the tied "stand-in", the "refit" one of tome_bench.refit, rows
+"flux" and "flux refit"); then, per stand-in row, the factor by which each figure differs from the trained model's
+at the same sigma (`factors`). Attention is captured on `F.scaled_dot_product_attention` with a TorchFunctionMode.
 
-    python -m tome_bench attention-profile --out docs/runs/2026-12-06-trained-dit/profile.json
-    python -m tome_bench attention-profile --models trained --sigmas 0.5
+    python -m tome_bench attention-profile --out docs/runs/2026-12-06-refit-standins/profile.json
+    python -m tome_bench attention-profile --models trained,flux --variants refit --sigmas 0.5
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ FIELDS = ("own", "ring1", "within2", "within4", "text", "max_key", "sink_share",
 IMAGE_FIRST = frozenset({"sd3", "zimage"})
 #: Rings whose mean weight per key the profile keeps (the fall-off with distance).
 RINGS = 9
+#: The figures `factors` compares with the trained model's; the first four are the locality the refit aims at.
+COMPARED = ("own", "ring1", "within2", "within4", "text", "entropy")
 
 
 @dataclass(frozen=True)
@@ -161,12 +165,13 @@ def trained(sigmas: Sequence[float]) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def standin(name: str, sigmas: Sequence[float], seed: int = 0) -> dict[str, Any]:
-    """A stand-in family's profile per sigma: its natural-spectrum latent noised to sigma, one call."""
+def standin(name: str, sigmas: Sequence[float], seed: int = 0, variant: str = "stand-in") -> dict[str, Any]:
+    """A stand-in family's profile per sigma: its natural-spectrum latent noised to sigma, one call; `variant` of
+    dit_standin.VARIANTS (the tied "stand-in", the re-fitted "refit")."""
     from tome_bench.dit_standin import FAMILIES, VARIANTS, build, call, sample_inputs
 
     family = FAMILIES[name]
-    model = build(family, VARIANTS["stand-in"])
+    model = build(family, VARIANTS[variant], seed)
     frames = family.latent[1] if len(family.latent) == 4 else 1
     grid = (frames, family.latent[-2] // 2, family.latent[-1] // 2)
     text = 0 if name == "wan" else family.text  # Wan's text is cross-attended, not in its self-attention
@@ -197,6 +202,33 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def factor(value: float, reference: float) -> float | None:
+    """How many times apart two shares are (>= 1); None where either is zero (Wan's self-attention has no text)."""
+    if value <= 0 or reference <= 0:
+        return None
+    return max(value / reference, reference / value)
+
+
+def factors(results: dict[str, Any], reference: str = "trained") -> str:
+    """A Markdown table: per stand-in row and sigma, each COMPARED figure's factor from the reference model's at
+    the same sigma, the worst of the locality figures (own to within 4) and the worst of all."""
+    base = results[reference]
+    head = "| model | sigma | " + " | ".join(COMPARED) + " | worst (own..within 4) | worst (all) |"
+    lines = [head, "|" + " --- |" * (len(COMPARED) + 4)]
+    for name, result in results.items():
+        if name == reference:
+            continue
+        for sigma, per in result.items():
+            if not isinstance(per, dict) or sigma not in base:
+                continue
+            found = {f: factor(per["mean"][f], base[sigma]["mean"][f]) for f in COMPARED}
+            cells = ["-" if v is None else f"{v:.2f}" for v in found.values()]
+            local = max(v for f, v in found.items() if f in COMPARED[:4] and v is not None)
+            worst = max(v for v in found.values() if v is not None)
+            lines.append(f"| {name} | {sigma} | " + " | ".join(cells) + f" | {local:.2f} | {worst:.2f} |")
+    return "\n".join(lines)
+
+
 def blocks_log(results: dict[str, Any]) -> str:
     """Per model, sigma and block: the row's figures, and the mean weight per key by distance."""
     lines = []
@@ -220,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tome_bench attention-profile", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--models", default="trained," + ",".join(FAMILIES), help="trained and stand-in families")
+    parser.add_argument(
+        "--variants", default="stand-in,refit", help="stand-in variants (dit_standin.VARIANTS; default stand-in,refit)"
+    )
     parser.add_argument("--sigmas", default=",".join(map(str, SIGMAS)))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="the JSON of every figure (per block too)")
@@ -228,9 +263,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sigmas = [float(s) for s in args.sigmas.split(",")]
     results = {}
     for name in args.models.split(","):
-        results[name] = trained(sigmas) if name == "trained" else standin(name, sigmas)
-        print(f"{name}: done", flush=True)
+        for variant in ["trained"] if name == "trained" else args.variants.split(","):
+            key = name if variant in ("trained", "stand-in") else f"{name} {variant}"
+            results[key] = trained(sigmas) if name == "trained" else standin(name, sigmas, variant=variant)
+            print(f"{key}: done", flush=True)
     print(table(results))
+    if "trained" in results:
+        print()
+        print(factors(results))
     print(blocks_log(results))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

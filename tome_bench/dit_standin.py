@@ -33,6 +33,7 @@ from torch import nn
 import tome_core
 from tome_bench.archs import natural_latent
 from tome_bench.dit_inputs import ids
+from tome_bench.refit import Refit
 
 #: Logit per unit of cosine similarity at sharpness 1 (the UNet stand-ins' scale, tome_bench.standin).
 LOGIT_SCALE = 8.0
@@ -40,8 +41,15 @@ LOGIT_SCALE = 8.0
 #: one call at sigma 0.5: Chroma's as built (0.15-0.25, with Z-Image's 0.16 and Wan's 0.11 the strongest
 #: initialisations of the families), where Flux.1, Flux.2, Qwen-Image and SD3.5 come out at 0.02-0.03.
 BLOCK_UPDATE = 0.2
-#: The panel's variants: uniform attention (random weights as initialised), the stand-in, sharper and softer.
-VARIANTS: dict[str, float | None] = {"random": None, "stand-in": 0.85, "sharper": 1.0, "softer": 0.7}
+#: The panel's variants: uniform attention (random weights as initialised), the stand-in, sharper and softer, and
+#: the stand-in re-fitted to the trained DiT's attention profile (tome_bench.refit).
+VARIANTS: dict[str, float | Refit | None] = {
+    "random": None,
+    "stand-in": 0.85,
+    "sharper": 1.0,
+    "softer": 0.7,
+    "refit": Refit(),
+}
 
 
 #: What a family's pipeline does with one step's latent: (model, family, latent, sigma, text states) -> the velocity
@@ -502,15 +510,22 @@ def _scale_time(model: nn.Module, family: Family) -> None:
 
 
 @torch.no_grad()
-def build(family: Family, sharpness: float | None, seed: int = 0) -> nn.Module:
+def build(family: Family, sharpness: float | Refit | None, seed: int = 0) -> nn.Module:
     """The reduced DiT with random weights; with `sharpness`, the stand-in (tied query/key projections per stream,
     their RMS norms scaled so that a logit is LOGIT_SCALE * sharpness times a cosine similarity, and blocks that
-    change the stream by BLOCK_UPDATE)."""
+    change the stream by BLOCK_UPDATE); with a `Refit`, the stand-in re-fitted to the trained DiT's attention
+    profile (tome_bench.refit.surgery in place of the tie, the same blocks' update)."""
     import diffusers
+
+    from tome_bench import refit
 
     torch.manual_seed(seed)
     model = getattr(diffusers, family.cls)(**family.config).eval().requires_grad_(False)
-    if sharpness is not None:
+    if isinstance(sharpness, Refit):
+        refit.surgery(model, family, sharpness, seed)
+        _scale_time(model, family)
+        strengthen(model, family)
+    elif sharpness is not None:
         surgery(model, family, sharpness)
         _scale_time(model, family)
         strengthen(model, family)
