@@ -773,3 +773,35 @@ def test_a_wan22_5b_is_told_from_the_14b_for_its_figures() -> None:
     assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=48), "wan") == "wan22-5b"
     assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=16), "wan") == "wan"
     assert tome_core.families.figures_family(stub_dit.WanModel(in_dim=48), "flux") == "flux"
+
+
+def test_the_log_gives_the_core_s_reasons_for_blocks_not_reached() -> None:
+    """Where the core says why planned blocks were not reached (`TomeStats.not_reached`), the log gives that
+    instead of the override's usual reason; blocks its reasons leave out still get the usual one. ComfyUI's
+    samplings record none today (the override reaches every kernel): the stats are built here."""
+    from dataclasses import replace
+
+    from tome_comfy.sampling import explain_dit
+
+    why = "diffusers' attention backend 'flex' calls a kernel ToMe cannot run"
+    stats = tome_core.TomeStats(
+        mode="kv",
+        total=4,
+        selected=3,
+        planned=3,
+        reached=0,
+        applied=0,
+        unet_calls=2,
+        active_calls=2,
+        block_calls=6,
+        grid_misses=0,
+        levels=frozenset(),
+        block_levels=frozenset(),
+        not_reached=((why, 3),),
+    )
+    head = "could not apply in 3 of 3 selected blocks (keys/values subsampled in 0 of 4 blocks): "
+    assert explain_dit(stats) == f"{head}{why}; the model ran unchanged"
+    partly = explain_dit(replace(stats, not_reached=((why, 2),)))
+    assert partly == f"{head}{why}; ToMe's attention override was not called: another node replaced the model's" + (
+        " forward or dropped transformer_options (TeaCache, MagCache...); the model ran unchanged"
+    )

@@ -311,3 +311,12 @@ def test_arguments_given_in_place_reach_the_attention() -> None:
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, None, 0.0, True)
     tome_core.remove_patch(model)
     assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_every_backend_the_core_can_run_is_a_name_diffusers_knows() -> None:
+    """A key diffusers never sets would leave its backend unreached (SageAttention's int8 kernels were keyed
+    without their "_sage" prefix)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    known = {name.value for name in AttentionBackendName}
+    assert set(kernels.DIFFUSERS_KERNELS) <= known, set(kernels.DIFFUSERS_KERNELS) - known

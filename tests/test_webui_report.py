@@ -127,3 +127,22 @@ def test_a_transformer_s_note_says_where_queries_did_not_keep_their_own_key() ->
         "subsampled keys/values in 3 of 3 blocks; each query's own key joined the kept keys in 0 of the 3 that"
         " subsampled them (SageAttention 3 returned no log-sum-exp: the kept keys alone there)"
     )
+
+
+def test_a_transformer_s_note_gives_the_core_s_reasons_for_blocks_not_reached() -> None:
+    """Where the core knows why planned blocks were not reached (`TomeStats.not_reached`: a diffusers attention
+    backend whose kernel it cannot run), the note says that instead of the generic other-kernel words; blocks its
+    reasons leave out still get those words."""
+    why = "diffusers' attention backend 'flex' calls a kernel ToMe cannot run"
+    dit = {"mode": "kv", "selected": 3, "planned": 3, "reached": 0, "applied": 0}
+    known = replace(FULL, **dit, not_reached=((why, 3),))
+    assert explain(PassReport(known, steps=20, transformer=True)) == f"subsampled keys/values in 0 of 3 blocks ({why})"
+    partly = replace(FULL, **dit, not_reached=((why, 1), ("context parallelism", 1)))
+    assert explain(PassReport(partly, steps=20, transformer=True)) == (
+        f"subsampled keys/values in 0 of 3 blocks ({why} (1); context parallelism (1); its attention ran another"
+        " kernel than PyTorch's scaled_dot_product_attention (SageAttention, FlashAttention, xformers or basic"
+        " attention; in Forge Neo start with --use-pytorch-cross-attention), or another extension replaced it)"
+    )
+    assert note({"first": PassReport(known, steps=20, transformer=True)}) == (
+        f"subsampled keys/values in 0 of 3 blocks ({why})"
+    )

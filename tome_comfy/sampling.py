@@ -744,10 +744,14 @@ def explain_dit(stats: TomeStats) -> str | None:
         else:
             reasons.append("the model's inputs did not show where the generated tokens sit")
     if s.reached < s.planned:
-        reasons.append(
-            "ToMe's attention override was not called: another node replaced the model's forward or dropped"
-            " transformer_options (TeaCache, MagCache...)"
-        )
+        # The core's reasons where it knows them (`TomeStats.not_reached`), else the override's usual one.
+        known = s.not_reached
+        reasons.extend(reason + (f" ({n})" if len(known) > 1 else "") for reason, n in known)
+        if sum(n for _, n in known) < s.planned - s.reached:
+            reasons.append(
+                "ToMe's attention override was not called: another node replaced the model's forward or dropped"
+                " transformer_options (TeaCache, MagCache...)"
+            )
     if s.applied < s.reached:
         reasons.append(
             "the attention sequence did not hold the tokens ToMe expected (text, image and reference tokens)"

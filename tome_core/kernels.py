@@ -131,7 +131,7 @@ DIFFUSERS_KERNELS: Mapping[str, tuple[Callable[..., LseKernel], str, str]] = Map
         "sage": (sage, "sageattn", "SageAttention"),
         "sage_hub": (sage, HUB, "SageAttention (Hub kernel)"),
         **{
-            f"_{name}": (sage, f"sageattn_{name}", f"SageAttention sageattn_{name}")
+            f"_sage_{name}": (sage, f"sageattn_{name}", f"SageAttention sageattn_{name}")
             for name in (
                 "qk_int8_pv_fp8_cuda",
                 "qk_int8_pv_fp8_cuda_sm90",

@@ -9,7 +9,8 @@ merges: a block counts as merged when any of its merged modules (self-/cross-att
 one plan per stack the blocks that reuse the stack's plan count too. A diffusion transformer's block counts when its
 joint attention ran on subsampled keys/values; the core reaches that attention where it calls PyTorch's
 scaled_dot_product_attention, so a block whose attention runs another kernel counts as planned and not reached, and the
-note says so (`OTHER_KERNEL`).
+note says so: with the core's reasons where it knows them (`TomeStats.not_reached`: a diffusers attention backend
+whose kernel it cannot run, say), else `OTHER_KERNEL`.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def explain(report: PassReport) -> str | None:
         else:
             reasons.append("no token grid at this size")
     if s.reached < s.planned:
-        reasons.append(OTHER_KERNEL if dit else "attention replaced by another extension")
+        reasons.extend(_not_reached(s, OTHER_KERNEL if dit else "attention replaced by another extension"))
     if s.applied < s.reached:
         reasons.append(
             "their token count did not fit the latent size"
@@ -98,6 +99,16 @@ def explain(report: PassReport) -> str | None:
             else "tokens changed by another extension before ToMe"
         )
     return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
+
+
+def _not_reached(s: TomeStats, generic: str) -> list[str]:
+    """Why planned blocks were not reached: the core's reasons (`TomeStats.not_reached`, with their block counts
+    when there are several), and `generic` for the blocks they do not cover."""
+    known = list(s.not_reached)
+    reasons = [reason + (f" ({n})" if len(known) > 1 else "") for reason, n in known]
+    if sum(n for _, n in known) < s.planned - s.reached:
+        reasons.append(generic)
+    return reasons
 
 
 def _own_key_short(s: TomeStats) -> str | None:
