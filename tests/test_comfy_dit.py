@@ -56,6 +56,44 @@ def tome_advanced(model: ModelPatcher, **changes: Any) -> ModelPatcher:
     return NODE_CLASS_MAPPINGS[TOME_ADVANCED_NODE]().patch(model, **{**values, **changes})[0]
 
 
+def fields(preset: str, family: str) -> dict[str, Any]:
+    """The preset's settings for `family`, as tome_core.presets holds them."""
+    return dict(tome_core.get_preset(preset.lower()).families[family])
+
+
+def windowed(preset: str, family: str) -> bool:
+    """Whether the preset reduces only some of the steps (a step window): its speed is then said over a generation."""
+    f = fields(preset, family)
+    return f.get("step_start", 0.0) > 0 or f.get("step_end", 1.0) < 1
+
+
+def steps_reduced(preset: str, family: str, steps: int = 4) -> int:
+    """How many of `steps` sampler steps lie in the preset's step window (step i of n at fraction i/n)."""
+    f = fields(preset, family)
+    return sum(1 for i in range(steps) if f.get("step_start", 0.0) <= i / steps < f.get("step_end", 1.0))
+
+
+def kinds(preset: str, family: str, total: int = 4) -> str:
+    """What the log says a preset ran in a model of `total` blocks, from its config: in merge mode the blocks from
+    block_start of the depth run on merged tokens and the others subsample keys/values (pool_kv); in kv mode the
+    blocks from block_start subsample keys/values."""
+    f = fields(preset, family)
+    window = sum(1 for i in range(total) if i / total >= f["block_start"])
+    own = "keys/values subsampled (each query's own key kept)"
+    if f["mode"] == "merge":
+        return f"generated tokens merged in {window} and {own} in {total - window} of {total} blocks"
+    return f"{own} in {window} of {total} blocks"
+
+
+def reduce_every_call(model: ModelPatcher, family: str) -> ModelPatcher:
+    """The family's Fastest where its step window covers every step (Flux.1's), else Fastest's own fields without
+    its step window (custom settings): a node that reduces every model call of a sampling."""
+    if steps_reduced("Fastest", family, 100) == 100:
+        return tome(model, "Fastest")
+    f = {k: v for k, v in fields("Fastest", family).items() if k not in ("step_start", "step_end")}
+    return tome_advanced(model, **f)
+
+
 def dm(model: ModelPatcher) -> torch.nn.Module:
     return model.model.diffusion_model
 
@@ -113,7 +151,9 @@ def test_presets_resolve_for_the_family_of_comfyuis_model_config(caplog: Any) ->
         sample(tome(load_checkpoint(name), "Fast"), **args)
         ((_, line),) = tome_lines(caplog)
         own = " (each query's own key kept)"  # what ran there: ComfyUI's PyTorch attention, no other override
-        assert line.startswith(f"{HEAD} (Fast for {family}): keys/values subsampled{own} in "), name
+        first = "generated tokens merged in " if fields("Fast", family)["mode"] == "merge" else "keys/values"
+        assert line.startswith(f"{HEAD} (Fast for {family}): {first}"), name
+        assert f"keys/values subsampled{own} in " in line, name
 
 
 def test_the_log_gives_the_blocks_the_size_sampled_and_the_presets_speed_there(caplog: Any) -> None:
@@ -123,7 +163,7 @@ def test_the_log_gives_the_blocks_the_size_sampled_and_the_presets_speed_there(c
     assert tome_lines(caplog) == [
         (
             "INFO",
-            f"{HEAD} (Balanced for flux): keys/values subsampled (each query's own key kept) in 3 of 4 blocks, text and reference tokens whole,"
+            f"{HEAD} (Balanced for flux): {kinds('Balanced', 'flux')}, text and reference tokens whole,"
             f" attention by PyTorch; {speed}",
         )
     ]
@@ -148,8 +188,9 @@ def test_the_speed_figure_is_the_tables_at_the_size_sampled(monkeypatch: Any, ca
     sample(model, size=16)
     sample(model, size=24)  # a hires second sampler: its own size
     lines = [line for _, line in tome_lines(caplog)]
-    assert lines[0].endswith("; about 1.25\u00d7 faster per step at 128\u00d7128 (NVIDIA H100, measured)")
-    assert lines[1].endswith("; about 1.50\u00d7 faster per step at 192\u00d7192 (NVIDIA H100, measured)")
+    per = "over a generation" if windowed("Fast", "flux") else "per step"  # a step window: the table's average
+    assert lines[0].endswith(f"; about 1.25\u00d7 faster {per} at 128\u00d7128 (NVIDIA H100, measured)")
+    assert lines[1].endswith(f"; about 1.50\u00d7 faster {per} at 192\u00d7192 (NVIDIA H100, measured)")
     assert seen == [("flux", "fast", 128, 128, 1), ("flux", "fast", 192, 192, 1)]
 
 
@@ -187,13 +228,15 @@ def test_an_interrupt_leaves_nothing_patched_and_the_next_sampling_is_bitwise(fa
             raise InterruptProcessingException()  # what ComfyUI's progress hook raises after a step
 
     caplog.set_level(logging.INFO, logger="tome")
+    assert steps_reduced("Fastest", family) >= 3  # its window holds step 1 of 4: the second call ran reduced
     with pytest.raises(InterruptProcessingException):
-        sample(tome(model, "Fast"), callback=interrupt, **ARGS[family])
+        sample(tome(model, "Fastest"), callback=interrupt, **ARGS[family])
     assert untouched(dm(model))
     assert torch.equal(sample(model, **ARGS[family]), reference)
     ((level, line),) = tome_lines(caplog)
     assert level == "INFO"
-    assert line.startswith(f"{HEAD} (Fast for {family}): sampling interrupted after 2 model calls; keys/values")
+    first = "generated tokens merged" if fields("Fastest", family)["mode"] == "merge" else "keys/values"
+    assert line.startswith(f"{HEAD} (Fastest for {family}): sampling interrupted after 2 model calls; {first}")
 
 
 def test_a_failed_sampling_leaves_nothing_patched_and_says_why(caplog: Any) -> None:
@@ -395,7 +438,10 @@ def test_under_sage_flash_and_xformers_queries_keep_their_own_key(
         caplog.clear()
         out = sample(tome(load_checkpoint("flux"), "Balanced"))
     asked = [c for c in calls if c.get("return_lse") or c.get("return_attn_probs") or "output_dtype" in c]
-    assert len(asked) == 3 * 4  # 3 reduced blocks, 4 steps: every one through the kernel, with its log-sum-exp
+    # Balanced for flux subsamples keys/values in 3 blocks (merge mode: the others run merged) in the steps of its
+    # window: every one through the kernel, with its log-sum-exp.
+    assert "keys/values subsampled (each query's own key kept) in 3 of 4 blocks" in kinds("Balanced", "flux")
+    assert len(asked) == 3 * steps_reduced("Balanced", "flux") > 0
     ((_, line),) = tome_lines(caplog)
     kernel = KERNEL_PATHS[function][1]
     assert (
@@ -540,13 +586,27 @@ def test_a_forward_that_drops_transformer_options_says_tome_could_not_apply(
 ) -> None:
     reference = sample(teacache_like)
     caplog.set_level(logging.INFO, logger="tome")
-    assert torch.equal(sample(tome(teacache_like, "Balanced")), reference)
+    # Keys/values alone (subsampled through the attention override), in every block and step: nothing runs.
+    assert torch.equal(sample(tome_advanced(teacache_like, mode="kv", sx=2, sy=2)), reference)
     assert tome_lines(caplog) == [
         (
             "WARNING",
-            f"{HEAD} (Balanced for flux): could not apply in 3 of 3 selected blocks (keys/values subsampled in 0 of 4"
+            f"{HEAD} (custom settings): could not apply in 4 of 4 selected blocks (keys/values subsampled in 0 of 4"
             " blocks): ToMe's attention override was not called: another node replaced the model's forward or"
             " dropped transformer_options (TeaCache, MagCache...); the model ran unchanged",
+        )
+    ]
+    # Flux.1's presets also merge the tokens of their last blocks (block hooks, not the override): those still run,
+    # so the model did not run unchanged, and the warning names the blocks that could not apply and those that did.
+    caplog.clear()
+    assert fields("Balanced", "flux")["mode"] == "merge"
+    assert not torch.equal(sample(tome(teacache_like, "Balanced")), reference)
+    assert tome_lines(caplog) == [
+        (
+            "WARNING",
+            f"{HEAD} (Balanced for flux): could not apply in 3 of 4 selected blocks (generated tokens merged in 1 of 4"
+            " blocks): ToMe's attention override was not called: another node replaced the model's forward or"
+            " dropped transformer_options (TeaCache, MagCache...)",
         )
     ]
 
@@ -688,7 +748,7 @@ def test_a_model_compiled_as_an_object_patch_is_reduced_in_the_module_it_runs(ca
     """ComfyUI-TeaCache's CompileModel puts `torch.compile(diffusion_model)` in as an object patch (ComfyUI sets it
     on the model while it is loaded): ToMe patches the module the compiled wrapper runs."""
     model = load_checkpoint("flux")
-    eager = sample(tome(model, "Fast"), steps=3)
+    eager = sample(reduce_every_call(model, "flux"), steps=3)  # every step reduced: one graph
     counter = GraphCounter()
     compiled = model.clone()
     compiled.add_object_patch("diffusion_model", torch.compile(dm(model), backend=counter))
@@ -696,16 +756,13 @@ def test_a_model_compiled_as_an_object_patch_is_reduced_in_the_module_it_runs(ca
     caplog.set_level(logging.INFO, logger="tome")
     model.model.diffusion_model = compiled.get_model_object("diffusion_model")  # what ComfyUI's loading does
     try:
-        out = sample(tome(compiled, "Fast"), steps=3)
+        out = sample(reduce_every_call(compiled, "flux"), steps=3)
     finally:
         model.model.diffusion_model = original
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))
     assert len(counter.graphs) == 1
     ((level, line),) = tome_lines(caplog)
-    assert (
-        level == "INFO"
-        and "(Fast for flux): keys/values subsampled (each query's own key kept) in 3 of 4 blocks" in line
-    )
+    assert level == "INFO" and f"(Fastest for flux): {kinds('Fastest', 'flux')}" in line
     assert untouched(original)
 
 
@@ -726,7 +783,7 @@ def test_under_torch_compile_model_in_either_order_the_dit_is_reduced_in_one_gra
     """ComfyUI's TorchCompileModel before or after our node: the sampling runs reduced inside one compiled graph
     (equal to eager ToMe), also with fullgraph=True (the override and the core trace without a break)."""
     model = load_checkpoint(name)
-    eager = sample(tome(model, "Fast"), steps=3, **ARGS[name])
+    eager = sample(reduce_every_call(model, name), steps=3, **ARGS[name])  # every step reduced: one graph
     counter = GraphCounter()
 
     def compiled(patcher: ModelPatcher) -> ModelPatcher:
@@ -734,7 +791,11 @@ def test_under_torch_compile_model_in_either_order_the_dit_is_reduced_in_one_gra
         set_torch_compile_wrapper(clone, counter, fullgraph=fullgraph)
         return clone
 
-    merged = compiled(tome(model, "Fast")) if order.startswith("ToMe") else tome(compiled(model), "Fast")
+    merged = (
+        compiled(reduce_every_call(model, name))
+        if order.startswith("ToMe")
+        else reduce_every_call(compiled(model), name)
+    )
     caplog.set_level(logging.INFO, logger="tome")
     out = sample(merged, steps=3, **ARGS[name])
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5 * float(eager.abs().max()))

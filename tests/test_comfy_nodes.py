@@ -769,6 +769,9 @@ def test_a_family_with_a_speed_up_but_no_change_figure_says_so() -> None:
     """As the WebUI's hint does: a speed-up alone would read as a promise about the image."""
     from tome_comfy.inputs import family_text
 
-    text = family_text(tome_core.get_preset("balanced"), "wan")
-    assert "faster per step" in text and text.endswith("its change not measured yet")
+    preset = tome_core.get_preset("balanced")
+    fields = preset.families["wan"]
+    per = "over a generation" if fields.get("step_start", 0.0) > 0 or fields.get("step_end", 1.0) < 1 else "per step"
+    text = family_text(preset, "wan")
+    assert f"faster {per}" in text and text.endswith("its change not measured yet")
     assert "not measured" not in family_text(tome_core.get_preset("balanced"), "sd")

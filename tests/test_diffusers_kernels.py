@@ -32,6 +32,10 @@ LIBRARIES: dict[str, tuple[str, str, Callable[..., Any], str]] = {
     "xformers": ("_CAN_USE_XFORMERS_ATTN", "xops", lib.xformers.ops, "xformers"),
 }
 
+#: Keys/values subsampled 2x2 in every block at every step: the presets run Flux.1's last blocks on merged tokens
+#: (the model's own attention there) and only in later steps, where these tests count every block's kernel.
+KV = {"mode": "kv", "sx": 2, "sy": 2}
+
 
 def dispatch() -> Any:
     from diffusers.models import attention_dispatch
@@ -127,13 +131,13 @@ def test_each_query_keeps_its_own_key_under_the_users_backend(backend: str, call
     tiny = TINY["flux"]()
     model, inputs = half(tiny)
     native = forward(model, inputs)
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     native_tome = forward(model, inputs)
     tome_core.remove_patch(model)
 
     model.set_attention_backend(backend)
     plain = forward(model, inputs)
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     calls.clear()
     out = forward(model, inputs)
     stats = tome_core.stats(model)
@@ -152,8 +156,9 @@ def test_each_query_keeps_its_own_key_under_the_users_backend(backend: str, call
 def within_kernel_error(out: torch.Tensor, expected: torch.Tensor, plain: torch.Tensor, native: torch.Tensor) -> None:
     """`out` (the user's kernel with ToMe) is `expected` (the native backend with ToMe) within the kernel's own error
     on the model (`plain` against `native`, unpatched) and one rounding of the output: the largest difference within
-    that error and one ulp at the output's size, the mean within 1.25 times its mean and an eighth of an ulp. Each
-    query without its own key (the kept keys alone) fails both, with every kernel here."""
+    that error and one ulp at the output's size, the mean within 1.25 times its mean and a quarter of an ulp (the
+    combine rounds once per reduced block: four here). Each query without its own key (the kept keys alone) fails
+    both, with every kernel here."""
     eps = torch.finfo(out.dtype).eps
     error, kernel_error = (out.float() - expected.float()).abs(), (plain.float() - native.float()).abs()
     assert float(error.max()) <= float(kernel_error.max()) + eps * float(expected.abs().max()), (
@@ -161,7 +166,7 @@ def within_kernel_error(out: torch.Tensor, expected: torch.Tensor, plain: torch.
         kernel_error.max(),
     )
     mean, kernel_mean = float(error.mean()), float(kernel_error.mean())
-    assert mean <= 1.25 * kernel_mean + eps / 8 * float(expected.abs().mean()), (mean, kernel_mean)
+    assert mean <= 1.25 * kernel_mean + eps / 4 * float(expected.abs().mean()), (mean, kernel_mean)
 
 
 def test_removal_leaves_the_users_backends_and_run_exactly(calls: list[Any]) -> None:
@@ -173,7 +178,7 @@ def test_removal_leaves_the_users_backends_and_run_exactly(calls: list[Any]) -> 
     model.set_attention_backend("sage")
     before, active = backends(model), dispatch()._AttentionBackendRegistry._active_backend
     plain = forward(model, inputs)
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     seen: list[list[tuple[bool, Any]]] = []
     blocks = model.transformer_blocks[0].register_forward_hook(lambda *_: seen.append(backends(model)))
     forward(model, inputs)
@@ -195,7 +200,7 @@ def test_the_process_wide_backend_is_followed_too(calls: list[Any]) -> None:
     model, inputs = half(tiny)
     before = backends(model)
     assert before and not any(own for own, _ in before)
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     with attention_backend("sage"):
         forward(model, inputs)
     stats = tome_core.stats(model)
@@ -211,7 +216,7 @@ def test_a_call_the_kernel_cannot_take_runs_the_users_backend(calls: list[Any]) 
     tiny = TINY["flux"]()
     model = tiny.build()
     model.set_attention_backend("xformers")
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     mask = torch.zeros(2, 1, 1, TEXT + H * W)  # additive, as the processors that take a mask make it
     with torch.no_grad():
         model(**tiny.inputs(0), joint_attention_kwargs={"attention_mask": mask})
@@ -236,7 +241,7 @@ def test_a_backend_the_core_cannot_run_is_left_as_it_is_and_says_why(calls: list
     before = backends(model)
     with torch.no_grad():
         plain = model(**tiny.inputs(0))[0]
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     with torch.no_grad():
         out = model(**tiny.inputs(0))[0]
     stats = tome_core.stats(model)
@@ -284,7 +289,7 @@ def test_a_compiled_model_runs_the_users_kernel_in_one_graph(
     model, _ = half(tiny)
     model.set_attention_backend("sage")
     before = backends(model)
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     inputs = [half_inputs(tiny, seed) for seed in range(3)]
     eager = [forward(model, given) for given in inputs]
     graphs: list[Any] = []
@@ -304,7 +309,7 @@ def test_arguments_given_in_place_reach_the_attention() -> None:
 
     tiny = TINY["flux"]()
     model = tiny.build()
-    tome_core.apply_patch(model, preset="balanced")
+    tome_core.apply_patch(model, **KV)
     state = model._tome_sd_state
     q, k, v = torch.randn(3, 1, 2, 5, 8).unbind(0)
     with _SdpaKeys(state.hooks[0], state):

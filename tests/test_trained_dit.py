@@ -111,11 +111,11 @@ def test_training_crops_fit_their_photograph_at_some_scale() -> None:
 
 
 def test_the_trained_fidelity_job_measures_every_preset_and_its_references() -> None:
-    """`python -m tome_bench trained-fidelity` at 2 steps, one sample: the naive port and every preset with and
-    without each query's own key, the model left unpatched after each."""
+    """`python -m tome_bench trained-fidelity` at 4 steps (the last inside every preset's step window), one sample:
+    the naive port and every preset with and without each query's own key, the model left unpatched after each."""
     from tome_bench import trained_fidelity
 
-    found = trained_fidelity.panel([2], 1, log=lambda _: None)
+    found = trained_fidelity.panel([4], 1, log=lambda _: None)
     names = [r["name"] for r in found["rows"]]
     assert names == ["naive port (kv 2x2, every block)", *(p.name for p in tome_core.presets())]
     assert all(r["change"] > 0 for r in found["rows"])

@@ -167,8 +167,9 @@ def trained(sigmas: Sequence[float]) -> dict[str, Any]:
 @torch.no_grad()
 def standin(name: str, sigmas: Sequence[float], seed: int = 0, variant: str = "stand-in") -> dict[str, Any]:
     """A stand-in family's profile per sigma: its natural-spectrum latent noised to sigma, one call; `variant` of
-    dit_standin.VARIANTS (the tied "stand-in", the re-fitted "refit")."""
-    from tome_bench.dit_standin import FAMILIES, VARIANTS, build, call, sample_inputs
+    refit.VARIANTS (the tied "stand-in", the re-fitted "refit")."""
+    from tome_bench.dit_standin import FAMILIES, build, call, sample_inputs
+    from tome_bench.refit import VARIANTS
 
     family = FAMILIES[name]
     model = build(family, VARIANTS[variant], seed)
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--models", default="trained," + ",".join(FAMILIES), help="trained and stand-in families")
     parser.add_argument(
-        "--variants", default="stand-in,refit", help="stand-in variants (dit_standin.VARIANTS; default stand-in,refit)"
+        "--variants", default="stand-in,refit", help="stand-in variants (refit.VARIANTS; default stand-in,refit)"
     )
     parser.add_argument("--sigmas", default=",".join(map(str, SIGMAS)))
     parser.add_argument("--threads", type=int, default=1)

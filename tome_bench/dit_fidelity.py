@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 import tome_core
-from tome_bench.dit_standin import FAMILIES, VARIANTS, build, change, generate, one_call
+from tome_bench.dit_standin import FAMILIES, build, change, generate, one_call
+from tome_bench.refit import VARIANTS
 from tome_core import figures
 from tome_core.dit import DitState
 from tome_core.patch import STATE_ATTR, find_model

@@ -430,6 +430,7 @@ class EstimateRow:
     peak_bytes: float = 0.0  # the most memory the call's own tensors held at once (`Trace.peak_bytes`)
     base_peak_bytes: float = 0.0
     host_us: float = 0.0  # the GPU's host time per launching operation (`GpuSpec.host_us`)
+    share: float = 1.0  # of a generation's steps this call stands for (a step window's): the others run unpatched
 
     @property
     def host_ms(self) -> float:
@@ -449,8 +450,9 @@ class EstimateRow:
 
     @property
     def speedup(self) -> float:
-        """Estimated GPU work of the unpatched call over this one's."""
-        return self.base_gpu_ms / self.gpu_ms
+        """Estimated GPU work of the unpatched call over this one's, over a generation where the patch reduces only
+        `share` of the steps."""
+        return self.base_gpu_ms / (self.share * self.gpu_ms + (1 - self.share) * self.base_gpu_ms)
 
     @property
     def ops_added(self) -> float:

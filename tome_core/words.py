@@ -15,7 +15,7 @@ from typing import Any
 
 from tome_core import figures
 from tome_core.config import TomeConfig
-from tome_core.families import DIT_FAMILIES
+from tome_core.families import DIT_FAMILIES, FIGURES_FAMILIES
 from tome_core.plan import BlockPlan, grid, layout_table, plan_dit
 from tome_core.presets import ALL_FAMILIES, FAMILIES, REFERENCES, Fidelity, Preset, all_presets, get_preset
 
@@ -213,11 +213,13 @@ def change_words(fidelity: Fidelity) -> str:
     as tomesd's default" (within 15%), else "less than" or "more than" it with the factor, as measured over a whole
     generation (one step where no generation was measured)."""
     ratio = _ratio(fidelity)
+    source = f", {fidelity.source}" if fidelity.source else ""  # a DiT's: the trained model or a re-fitted stand-in
     if abs(ratio - 1) <= 0.15:
-        return f"about as much as {fidelity.reference}"
+        return f"about as much as {fidelity.reference}" + (f" ({fidelity.source})" if source else "")
     if ratio < 1:
-        return f"less than {fidelity.reference} ({ratio:.1f}\u00d7 its change)"
-    return f"more than {fidelity.reference} ({ratio:.1f}\u00d7 its change)"
+        figure = f"{ratio:.2f}" if source else f"{ratio:.1f}"
+        return f"less than {fidelity.reference} ({figure}\u00d7 its change{source})"
+    return f"more than {fidelity.reference} ({ratio:.1f}\u00d7 its change{source})"
 
 
 def _size_text(size: Size) -> str:
@@ -239,7 +241,7 @@ def speed_words(preset: Preset | str, family: str, size: Size | None = None, hir
     found = figures.speed(family, name, *first)
     if found is None:
         return ""
-    parts = [f"{_bound(found)}{_factor(found)} per step at {_size_text(first)}"]
+    parts = [f"{_bound(found)}{_factor(found)} {_per(_preset(preset), family)} at {_size_text(first)}"]
     sources = [found.source]
     if hires is not None:
         second = figures.speed(family, name, *_size3(hires))
@@ -249,6 +251,14 @@ def speed_words(preset: Preset | str, family: str, size: Size | None = None, hir
     how = "measured" if all(s.measured for s in sources) else "estimated"
     devices = " and ".join(dict.fromkeys(s.device for s in sources))
     return f"{', '.join(parts)} ({devices}, {how})"
+
+
+def _per(preset: Preset, family: str) -> str:
+    """What a figure is over: "per step", or "over a generation" where the preset reduces only some of the steps
+    (its step window: the table's figure then averages its reduced steps with the others)."""
+    fields = preset.families.get(FIGURES_FAMILIES.get(family, family), {})
+    windowed = fields.get("step_start", 0.0) > 0 or fields.get("step_end", 1.0) < 1
+    return "over a generation" if windowed else "per step"
 
 
 def _slower(found: figures.Speed) -> bool:
@@ -416,7 +426,8 @@ def _table(listed: tuple[Preset, ...], family: str | None, size: Size | None) ->
     lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in rows]
     notes = (
         "family: at width×height(×frames). per step: how much faster one model call gets at that size on a GPU,"
-        " unpatched over patched (* estimated, else measured;"
+        " unpatched over patched, over a whole generation where the preset reduces only later steps (the"
+        " diffusion transformers') (* estimated, else measured;"
         " tome_core.figures). change: how much the final image changes beside the reference the preset is held to"
         " (the same change = 1.00×; - not measured yet). Settings: tome_core.get_preset(name).config(family); use:"
         " apply_patch(model, preset=name)."
