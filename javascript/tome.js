@@ -5,7 +5,8 @@
 // the presets carry their figures, so no figure or rule of the merging is restated here. This script writes what
 // the note depends on as JSON into the accordion's hidden `page_values` textbox whenever it changes: the ToMe
 // controls' values, as gradio hands them over in the browser (their `.change` listeners, tome_webui/ui.py
-// changed_js), and the WebUI's own controls Python cannot see (the image size, Hires fix and its upscale). The
+// changed_js), and the WebUI's own controls Python cannot see (the image size, Hires fix and its upscale, the batch
+// size: Forge Neo makes a Wan video of that many frames, whose speed-up the note gives at that length). The
 // textbox's change calls the note's handler, which gets that JSON as the event's data and no inputs: gradio 4.40's
 // client warns about any call that sends inputs (tests/test_webui_events.py).
 //
@@ -18,7 +19,7 @@
 // lives in this IIFE and nothing is added to `window`. It uses only the WebUI globals gradioApp(), onUiLoaded()
 // (script.js) and updateInput() (ui.js), and reads the controls by the ids the Python side gives them:
 // `script_<tab>_tome_<item>` (tome_webui/ui.py, ELEM_ITEMS) and the WebUI's own `<tab>_width`, `<tab>_height`,
-// `txt2img_hr`, `txt2img_hr_*`.
+// `<tab>_batch_size`, `txt2img_hr`, `txt2img_hr_*`.
 (function() {
     'use strict';
 
@@ -104,11 +105,11 @@
 
     // ------------------------------------------------------------------------------------------ page values
 
-    // The WebUI's own controls each tab's token hint depends on.
+    // The WebUI's own controls each tab's note and token hint depend on.
     var PAGE_CONTROLS = {
-        txt2img: ['txt2img_width', 'txt2img_height', 'txt2img_hr', 'txt2img_hr-checkbox', 'txt2img_enable_hr',
-            'txt2img_hr_scale', 'txt2img_hr_resize_x', 'txt2img_hr_resize_y'],
-        img2img: ['img2img_width', 'img2img_height']
+        txt2img: ['txt2img_width', 'txt2img_height', 'txt2img_batch_size', 'txt2img_hr', 'txt2img_hr-checkbox',
+            'txt2img_enable_hr', 'txt2img_hr_scale', 'txt2img_hr_resize_x', 'txt2img_hr_resize_y'],
+        img2img: ['img2img_width', 'img2img_height', 'img2img_batch_size']
     };
 
     // How many times page values were sent (numbering every send, so that each is a change gradio acts on and the
@@ -142,7 +143,13 @@
 
     // The values as tome_webui/ui.py's PageValues reads them (but the send number), as JSON.
     function pageValues(tab) {
-        var values = {width: numberOf(tab + '_width'), height: numberOf(tab + '_height'), controls: controls[tab]};
+        var values = {
+            width: numberOf(tab + '_width'),
+            height: numberOf(tab + '_height'),
+            // Python turns it into frames only where the loaded model makes a video of the batch (Forge Neo's Wan).
+            batch_size: numberOf(tab + '_batch_size'),
+            controls: controls[tab]
+        };
         if (tab === 'txt2img') {
             values.hires = hiresOn();
             values.hr_scale = numberOf('txt2img_hr_scale');

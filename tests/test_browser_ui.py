@@ -564,6 +564,24 @@ def test_token_hint_follows_every_control(page: Any) -> None:
     first_line_is_expected()
 
 
+def sent_values(driver: Any, tab: str) -> dict[str, Any]:
+    """The page values tome.js sent last (the hidden textbox's JSON), {} before any."""
+    text = element(driver, f"#{ours(tab, 'page_values')} textarea").get_property("value")
+    return json.loads(text) if text else {}
+
+
+@pytest.mark.parametrize("tab", ["txt2img", "img2img"])
+def test_the_batch_size_is_sent(page: Any, tab: str) -> None:
+    """Forge Neo makes one Wan video of the batch size's frames (tome_webui/ui.py, `loaded_frames`): tome.js sends
+    the batch size with the page values, and again when it changes, for the note's figure at that many frames."""
+    wait_for("the first send", lambda: sent_values(page, tab).get("batch_size"), lambda value: value == 1)
+    if tab == "img2img":
+        page.find_element(By.XPATH, "//*[@id='tabs']//button[normalize-space()='img2img']").click()
+    type_number(page, f"{tab}_batch_size", 81)
+    wait_for("the batch size sent", lambda: sent_values(page, tab).get("batch_size"), lambda value: value == 81)
+    wait_for("its answer", lambda: hint_answers_last_send(page, tab), bool)
+
+
 def test_an_edit_made_while_the_last_send_is_pending_still_counts(page: Any) -> None:
     """gradio drops an event while its last call is pending: tome.js sends again once that call is answered."""
     for width in (576, 640, 704, 768, 832):  # each its own task, sent at once: most while the one before is pending

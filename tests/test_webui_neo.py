@@ -141,9 +141,10 @@ def test_a_diffusion_transformer_is_reduced_in_both_passes(model: type[neo.Flux]
     assert [(r.pass_name, r.config) for r in p.sampler.records] == [("first", expected)] * 2 + [("hires", expected)] * 2
     params = processed.extra_generation_params
     assert NOTE not in params and errors.reported == []
-    assert params["ToMe preset"] == "balanced" and params["ToMe mode"] == "kv"
+    assert params["ToMe preset"] == "balanced" and params["ToMe mode"] == expected.mode
     start = None if expected.block_start == TomeConfig().block_start else repr(expected.block_start)
-    assert params.get("ToMe start at block") == start and "ToMe ratio" not in params  # every block: the default
+    assert params.get("ToMe start at block") == start  # every block: the default
+    assert ("ToMe ratio" in params) == (expected.mode == "merge")  # Flux.1's merged blocks' ratio alone
     assert not equal_outputs(p, base)
     assert not tome_core.is_patched(module_of(engine))
     off, processed = webui.run(tome=tome_args(False), enable_hr=True, steps=2)
@@ -182,6 +183,8 @@ def test_the_loaded_family_is_the_engines(model: type[neo.Flux]) -> None:
 class Wan5B(neo.Wan):
     """Wan 2.2 TI2V 5B: Neo's Wan class, its patch embedding taking the Wan 2.2 VAE's 48 latent channels."""
 
+    repo = "Wan-AI/Wan2.2-TI2V-5B"
+
     @staticmethod
     def transformer() -> torch.nn.Module:
         from backend.nn.wan import WanModel
@@ -214,6 +217,62 @@ def table_words(name: str, preset: str) -> str:
     return ", ".join(f"{f.speedup:.2f}\u00d7 at {f.size[0]}\u00d7{f.size[1]}" for f in found if f is not None)
 
 
+def wan_note(engine: Any, batch_size: float | None, *, preset: str = "balanced", img2img: bool = False) -> str:
+    """The note under Speed for an 832x480 page with `batch_size` in Neo's Batch Size (its "Frames" in the Wan UI
+    preset), `engine` loaded."""
+    neo.NeoWebUI(engine, lazy=False)
+    page = {"width": 832, "height": 480, "batch_size": batch_size, "send": 1, "controls": {"preset": preset}}
+    if not img2img:
+        page.update(hires=False, hr_scale=2)
+    return html.unescape(ui.note_function(img2img)(type("Event", (), {"_data": json.dumps(page)})()))
+
+
+@pytest.mark.parametrize("img2img", [False, True])
+@pytest.mark.parametrize("preset", ["balanced", "fastest"])
+@pytest.mark.parametrize(
+    ("engine", "rows", "batch_size", "frames"),
+    [
+        (neo.Wan, "wan", 81, 81),
+        (neo.Wan, "wan", 33, 33),
+        (neo.Wan, "wan", 83, 81),  # Neo rounds down to 4k+1 frames (`process_images_inner`)
+        (Wan5B, "wan22-5b", 81, 81),
+        (neo.Wan, "wan", 1, 1),  # a single image
+        (neo.Wan, "wan", 4, 1),
+        (neo.Wan, "wan", None, 1),  # a page without the control
+    ],
+)
+def test_a_wan_in_neo_gets_the_figure_at_its_frame_count(
+    engine: type[neo.Wan], rows: str, batch_size: int | None, frames: int, preset: str, img2img: bool
+) -> None:
+    """Neo's Wan makes one video of the batch size's frames (`process_images_inner`, rounded down to 4k+1): the hint
+    gives the speed table's figure at that many frames, not a bound at one frame."""
+    line = wan_note(engine(), batch_size, preset=preset, img2img=img2img)
+    expected = speed_words(preset, rows, (832, 480, frames))
+    assert expected and expected in line
+    if frames > 1:
+        assert figures.speed(rows, preset, 832, 480, frames).bound == ""  # type: ignore[union-attr]
+        assert f"832\u00d7480, {frames} frames" in line and speed_words(preset, rows, (832, 480)) not in line
+
+
+@pytest.mark.parametrize(("engine", "family"), [(neo.QwenImage, "qwen"), (neo.Flux, "flux")])
+def test_other_neo_models_keep_the_one_frame_figure(engine: type[neo.Flux], family: str) -> None:
+    """Qwen-Image takes the Wan VAE too (`is_wan`) but is no Wan repo, so Neo makes a batch of images of it, as of
+    Flux: their hints stay at the image's size whatever the batch size."""
+    built = engine()
+    line = wan_note(built, 81)
+    assert line == wan_note(built, 1) and "frames" not in line
+    assert ui.loaded_family() == family
+
+
+@pytest.mark.parametrize(("engine", "tokens"), [(neo.Wan, 52 * 30), (Wan5B, 26 * 15)])
+def test_the_token_hint_counts_a_wan_tokens_by_its_patch(engine: type[neo.Wan], tokens: int) -> None:
+    """A token of Wan 2.1/2.2 14B covers 16x16 px (8x VAE, 2x2 patches); of Wan 2.2 TI2V 5B 32x32 px (16x VAE)."""
+    neo.NeoWebUI(engine(), lazy=False)
+    page = {"width": 832, "height": 480, "send": 1, "controls": {"preset": "custom", "mode": "kv", "sx": 2, "sy": 2}}
+    rendered = html.unescape(ui.note_function(True)(type("Event", (), {"_data": json.dumps(page)})()))
+    assert f">{tokens} \u2192 " in rendered
+
+
 def test_custom_settings_a_transformer_cannot_run_are_refused_in_the_note() -> None:
     """The custom controls' defaults (ToMe's merge at ratio 0.5): the core refuses them for a DiT, whose merged blocks
     merge whole cells; the note gives its message, the image is the host's; keys/values subsampling as Custom runs."""
@@ -238,8 +297,9 @@ def test_another_attention_kernel_is_noted(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(backend.attention, "attention_function", backend.attention.attention_basic)
     engine = neo.Flux()
-    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run(steps=2)
-    p, processed = neo.NeoWebUI(engine, lazy=False).run(tome=tome_args(preset="quality"), steps=2)
+    # Four steps: the last lies in Quality's step window (from 0.75 of the steps on).
+    p0, _ = neo.NeoWebUI(engine, extension=False, lazy=False).run(steps=4)
+    p, processed = neo.NeoWebUI(engine, lazy=False).run(tome=tome_args(preset="quality"), steps=4)
     note = processed.extra_generation_params[NOTE]
     assert note.startswith("subsampled keys/values in 0 of ") and "--use-pytorch-cross-attention" in note
     assert equal_outputs(p0, p)

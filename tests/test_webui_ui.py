@@ -282,6 +282,17 @@ def test_page_values_hires_size_follows_the_webui(values: dict[str, Any], size: 
     assert page is not None and page.hires_size() == size
 
 
+def test_page_values_read_the_batch_size_and_a_video_gets_its_frames() -> None:
+    """tome.js sends the WebUI's batch size; the note turns it into frames only through `frames_of` (Forge Neo's
+    Wan, `ui.loaded_frames`): without it, or with a model that makes images, the note is the one of an image."""
+    page = json.dumps({"width": 832, "height": 480, "batch_size": 81, "send": 1, "controls": {"preset": "balanced"}})
+    assert ui.PageValues.from_json(page).batch_size == 81  # type: ignore[union-attr]
+    image = ui.note_for_page(page, is_img2img=True, family="wan")
+    assert ui.note_for_page(page, is_img2img=True, family="wan", frames_of=lambda size: 1) == image
+    video = html.unescape(ui.note_for_page(page, is_img2img=True, family="wan", frames_of=lambda size: int(size or 1)))
+    assert "832\u00d7480, 81 frames" in video and "81 frames" not in html.unescape(image)
+
+
 def test_unreadable_page_values_are_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
     assert ui.PageValues.from_json("") is None
     for text in ("{", "[1]", '{"width": "wide"}'):

@@ -11,7 +11,8 @@ the one below. Element ids (for javascript/tome.js): every item gets `Script.ele
     cap_note           HTML note under it, a `div.tome-cap-note`: for a preset, one line in the user's words,
                        what it gains and changes for the loaded model's family (SD1/SD2 and SDXL while none is
                        known; a diffusion transformer's family in Forge Neo): how much faster a step gets at the
-                       page's size, from the speed table (`tome_core.figures`: the loaded architecture's rows, a
+                       page's size (and frames: Forge Neo's Wan makes a video of the batch size's frames,
+                       `loaded_frames`), from the speed table (`tome_core.figures`: the loaded architecture's rows, a
                        Wan 2.2 TI2V 5B's and not the 14B's, `loaded_figures_family`), and in the same line the Hires fix
                        pass's figure at its target size while it runs the same preset; the change beside the
                        reference the preset is held to (`preset_hint` in tome_core/words.py), and a note when the
@@ -73,6 +74,7 @@ from tome_core.words import (
     DIT_BLOCKS,
     FAMILY_LABELS,
     FAMILY_LAYOUTS,
+    Size,
     describe_config,
     preset_hint,
     unmerged_levels,
@@ -113,6 +115,9 @@ describe = describe_config
 #: Pixels per token side of every diffusion transformer family ToMe reduces: an 8x VAE and 2x2 patches (Flux.2: its
 #: latent patchified 2x2 as well; Wan: per latent frame).
 DIT_PIXELS_PER_TOKEN = 16
+#: Where a speed table's rows (`tome_core.families.figures_family`) are of a model whose token covers more pixels:
+#: Wan 2.2 TI2V 5B's VAE downsamples 16x, its patches are 2x2.
+DIT_PIXELS_PER_TOKEN_OF: dict[str, int] = {"wan22-5b": 32}
 PRESET_HELP = (
     "Speed against fidelity: from Quality to Fastest each preset takes less GPU time, each held to a default users"
     " know (tomesd's or ToDo's), resolved for the model that runs each pass (SD1/SD2, SDXL, or a diffusion"
@@ -333,6 +338,7 @@ def note_function(is_img2img: bool) -> Callable[[Any], str]:
             family=family,
             device=compat.compute_device(),
             figures_family=loaded_figures_family(family),
+            frames_of=loaded_frames,
         )
 
     handler.__annotations__ = {"event": gr.EventData, "return": str}  # gradio finds EventData by annotation
@@ -346,14 +352,23 @@ def note_for_page(
     family: str | None = None,
     device: str | None = None,
     figures_family: str | None = None,
+    frames_of: Callable[[float | None], int] | None = None,
 ) -> str:
     """The note for the JSON javascript/tome.js wrote (`PageValues`): the controls' values in it, the token hint
-    for its sizes; the note at the controls' defaults before it wrote any."""
+    for its sizes; the note at the controls' defaults before it wrote any. `frames_of`: the frames of the video the
+    loaded model makes at the page's batch size (`loaded_frames`); None: a batch is of images."""
     page = PageValues.from_json(text)
     names = note_args(is_img2img)
     values = {name: value for name, value in (page.controls if page else {}).items() if name in names}
+    frames = frames_of(page.batch_size) if frames_of is not None and page is not None else 1
     return note_html(
-        values, is_img2img=is_img2img, page=page, family=family, device=device, figures_family=figures_family
+        values,
+        is_img2img=is_img2img,
+        page=page,
+        family=family,
+        device=device,
+        figures_family=figures_family,
+        frames=frames,
     )
 
 
@@ -372,6 +387,21 @@ def loaded_family() -> str | None:
     except (TypeError, ValueError) as exc:
         log.debug("ToMe: no model family for the speed hint: %s", exc)
         return None
+
+
+def loaded_frames(batch_size: float | None) -> int:
+    """The frames per video the loaded model makes at the page's batch size: Forge Neo turns the batch of its Wan
+    into one video of that many frames (rounded down to 4k+1, `hosts.forge.neo_frames`); 1 for every other model
+    and host (a batch of images), and while none is loaded."""
+    try:
+        model = compat.current_model()
+    except ImportError as exc:  # not inside a WebUI (the library's tests)
+        log.debug("ToMe: no WebUI model for the frames: %s", exc)
+        return 1
+    if model is None:
+        return 1
+    host = host_of(model)
+    return 1 if host.is_placeholder(model) else host.video_frames(model, batch_size)
 
 
 def loaded_figures_family(family: str | None) -> str | None:
@@ -463,12 +493,15 @@ def note_html(
     family: str | None = None,
     device: str | None = None,
     figures_family: str | None = None,
+    frames: int = 1,
 ) -> str:
     """HTML for the note under the speed selector (see the module docstring), from the `note_args` values; with
     the `page` values, the token hint follows it. `family`: the loaded model's ("sd", "sdxl", "flux", ...), None
     when unknown (then SD1/SD2 and SDXL are shown). `device`: where the WebUI runs models (the figures are a GPU's;
     on another device the hint says so). `figures_family`: the speed table's rows for the loaded model where they
     are not its family's (`loaded_figures_family`: a Wan 2.2 TI2V 5B's); the presets and words stay `family`'s.
+    `frames`: the frames per video the model makes at the page's batch size (`loaded_frames`; 1: images), for the
+    figures (a Wan's table rows are videos: at one frame its figure would be a bound far from the user's).
 
     A preset is one line in the family's words (`preset_hint`), its figures at the page's size (and at the Hires fix
     target while that pass runs the same preset); what it runs and its tokens per level are in the note's tooltip.
@@ -483,6 +516,8 @@ def note_html(
         return note + token_hint_html(None, page, is_img2img=is_img2img)
     size = page.size() if page is not None else None
     hires_size = page.hires_size() if page is not None and not is_img2img else None
+    pixels = DIT_PIXELS_PER_TOKEN_OF.get(str(figures_family), DIT_PIXELS_PER_TOKEN)
+    size, hires_size = _with_frames(size, frames), _with_frames(hires_size, frames)
     lines: list[tuple[str, bool]] = []
     details: list[str] = []
     if job.needs_family(False):
@@ -498,11 +533,16 @@ def note_html(
         lines += hires_lines
         details += hires_details
     if page is not None:
-        details += token_details(job, page, is_img2img=is_img2img, family=family)
+        details += token_details(job, page, is_img2img=is_img2img, family=family, pixels=pixels)
     note = _html(lines, title="\n".join(details))
     if page is None:
         return note
-    return note + token_hint_html(job, page, is_img2img=is_img2img, family=family)
+    return note + token_hint_html(job, page, is_img2img=is_img2img, family=family, pixels=pixels)
+
+
+def _with_frames(size: tuple[int, int] | None, frames: int) -> Size | None:
+    """A size for the speed table: with its frames where the model makes a video of more than one."""
+    return size if size is None or frames <= 1 else (*size, frames)
 
 
 def _families(family: str | None) -> tuple[str, ...]:
@@ -534,7 +574,7 @@ def preset_tooltip(preset: str, family: str | None, figures_family: str | None =
 def _hires_lines(
     job: TomeJob,
     family: str | None,
-    size: tuple[int, int] | None,
+    size: Size | None,
     device: str | None = None,
     figures_family: str | None = None,
 ) -> tuple[list[tuple[str, bool]], list[str]]:
@@ -586,8 +626,9 @@ class PageValues:
     `controls` maps an item of the accordion (`preset`, `ratio`, ...) to its value as gradio handed it to the page
     (tome.js starts from the values the page was built with); the note's handler takes those it reads. `hires` is
     whether the Hires fix is on, None where the page has no such control (img2img, another UI); the `hr_*` values
-    are the WebUI's "Upscale by", "Resize width to" and "Resize height to". `send` numbers the page's sends: it
-    makes each one a change, and the hint echoes it.
+    are the WebUI's "Upscale by", "Resize width to" and "Resize height to". `batch_size` is the WebUI's "Batch size"
+    (Forge Neo's "Frames" while its UI preset is Wan), None where the page has none. `send` numbers the page's
+    sends: it makes each one a change, and the hint echoes it.
     """
 
     width: float | None = None
@@ -596,6 +637,7 @@ class PageValues:
     hr_scale: float | None = None
     hr_resize_x: float | None = None
     hr_resize_y: float | None = None
+    batch_size: float | None = None
     send: int = 0
     controls: Mapping[str, Any] = field(default_factory=dict)
 
@@ -613,6 +655,7 @@ class PageValues:
                 hr_scale=_number(raw.get("hr_scale")),
                 hr_resize_x=_number(raw.get("hr_resize_x")),
                 hr_resize_y=_number(raw.get("hr_resize_y")),
+                batch_size=_number(raw.get("batch_size")),
                 send=int(_number(raw.get("send")) or 0),
                 controls=_controls(raw.get("controls")),
             )
@@ -683,12 +726,12 @@ def _levels_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit
     return ", ".join(parts)
 
 
-def _dit_text(family: str, size: tuple[int, int], config: TomeConfig) -> str:
+def _dit_text(family: str, size: tuple[int, int], config: TomeConfig, pixels: int = DIT_PIXELS_PER_TOKEN) -> str:
     """A diffusion transformer's tokens at a size, from the core's block table for the family's public checkpoints
     (`DIT_BLOCKS`): the image's tokens and the keys/values each reduced block attends to ("4096 -> 1024 keys/values
     per reduced block"), and where blocks run on merged tokens how many they run on ("4096 -> 1024 tokens in merged
-    blocks"); text and reference tokens are kept whole and not counted."""
-    h, w = size[1] // DIT_PIXELS_PER_TOKEN, size[0] // DIT_PIXELS_PER_TOKEN
+    blocks"); text and reference tokens are kept whole and not counted. `pixels`: pixels per token side."""
+    h, w = size[1] // pixels, size[0] // pixels
     acting = plan_dit(config, DIT_BLOCKS[family]).acting
     if not acting or h < 1 or w < 1:
         return "no reduction"
@@ -702,14 +745,25 @@ def _dit_text(family: str, size: tuple[int, int], config: TomeConfig) -> str:
     return ", ".join(parts)
 
 
-def _family_text(family: str, size: tuple[int, int], config: TomeConfig, *, unit: bool) -> str:
-    """One family's tokens for a config at a size: per UNet level, or per block of a diffusion transformer."""
+def _family_text(
+    family: str, size: tuple[int, int], config: TomeConfig, *, unit: bool, pixels: int = DIT_PIXELS_PER_TOKEN
+) -> str:
+    """One family's tokens for a config at a size: per UNet level, or per block of a diffusion transformer (a token
+    `pixels` wide)."""
     if is_transformer(family):
-        return "not run on this model (see above)" if refusal(config, family) else _dit_text(family, size, config)
+        if refusal(config, family):
+            return "not run on this model (see above)"
+        return _dit_text(family, size, config, pixels)
     return _levels_text(family, size, config, unit=unit)
 
 
-def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: str | None = None) -> str:
+def _pass_hint(
+    job: TomeJob,
+    is_hr_pass: bool,
+    size: tuple[int, int],
+    family: str | None = None,
+    pixels: int = DIT_PIXELS_PER_TOKEN,
+) -> str:
     """One pass's tokens: per model family for a preset (the loaded one's alone when known), else the custom
     settings on the loaded family's layout, or while none is known on SD1/SD2's (and on SDXL's too with max
     downsample "auto", where the levels differ by family)."""
@@ -718,7 +772,7 @@ def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: st
         for name in _families(family):
             config = job.pass_config(is_hr_pass, name)
             assert config is not None  # (the hires pass is off: no line)
-            text = _family_text(name, size, config, unit=True)
+            text = _family_text(name, size, config, unit=True, pixels=pixels)
             nothing = "no merging" if config.is_noop else "no attention at these levels"
             parts.append(f"{FAMILY_LABELS[name]}: {text or nothing}")
         return "; ".join(parts)
@@ -727,7 +781,7 @@ def _pass_hint(job: TomeJob, is_hr_pass: bool, size: tuple[int, int], family: st
     if config.is_noop:
         return "no merging"
     if family is not None:
-        return _family_text(family, size, config, unit=True) or "no attention at these levels"
+        return _family_text(family, size, config, unit=True, pixels=pixels) or "no attention at these levels"
     text = _levels_text("sd", size, config, unit=True)
     if config.max_downsample == "auto":
         text += f" (SDXL: {_levels_text('sdxl', size, config, unit=False)})"
@@ -746,7 +800,8 @@ def token_hint_title() -> str:
         ' level 1/1 is the full latent, 1/2 the first downsampled level, ...). With max downsample "auto" ToMe'
         f" merges {' and '.join(autos)}. Shown for Custom settings, counted for the loaded model's family (SD1/SD2"
         " and SDXL while none is loaded); a preset's are in the tooltip of the line above. On a diffusion transformer"
-        f" (Flux, Wan, ...): the image's tokens (pixels / {DIT_PIXELS_PER_TOKEN} per side) and the keys/values each"
+        f" (Flux, Wan, ...): the image's tokens (pixels / {DIT_PIXELS_PER_TOKEN} per side, / 32 on Wan 2.2 TI2V 5B;"
+        " per frame of a video) and the keys/values each"
         " reduced block attends to; text and reference tokens are kept whole."
     )
 
@@ -759,31 +814,45 @@ def _is_custom(job: TomeJob, is_hr_pass: bool) -> bool:
 
 
 def _token_lines(
-    job: TomeJob, page: PageValues, *, is_img2img: bool, family: str | None
+    job: TomeJob, page: PageValues, *, is_img2img: bool, family: str | None, pixels: int = DIT_PIXELS_PER_TOKEN
 ) -> list[tuple[bool, str, str]]:
     """Per pass: (whether it runs Custom values, its label, its tokens per level); the hires pass in txt2img
     while Hires fix is on."""
     size = page.size()
     if size is None:
         return []
-    out = [(_is_custom(job, False), "", _pass_hint(job, False, size, family))]
+    out = [(_is_custom(job, False), "", _pass_hint(job, False, size, family, pixels))]
     hires = None if is_img2img else page.hires_size()
     if hires is not None:
-        text = "no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires, family)
+        text = "no merging" if job.hires_mode == "off" else _pass_hint(job, True, hires, family, pixels)
         out.append((_is_custom(job, True), f"Hires pass ({hires[0]}\u00d7{hires[1]}): ", text))
     return out
 
 
-def token_details(job: TomeJob, page: PageValues, *, is_img2img: bool, family: str | None = None) -> list[str]:
+def token_details(
+    job: TomeJob,
+    page: PageValues,
+    *,
+    is_img2img: bool,
+    family: str | None = None,
+    pixels: int = DIT_PIXELS_PER_TOKEN,
+) -> list[str]:
     """The tokens per level of the passes that run a preset, for the note's tooltip (a user choosing a preset
-    reads its line; the counts are there on hover)."""
-    lines = _token_lines(job, page, is_img2img=is_img2img, family=family)
+    reads its line; the counts are there on hover). `pixels`: a transformer token's side in pixels."""
+    lines = _token_lines(job, page, is_img2img=is_img2img, family=family, pixels=pixels)
     size = page.size()
     first = f"Tokens per attention layer ({size[0]}\u00d7{size[1]}): " if size else ""
     return [f"{label or first}{text}" for custom, label, text in lines if not custom]
 
 
-def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool, family: str | None = None) -> str:
+def token_hint_html(
+    job: TomeJob | None,
+    page: PageValues,
+    *,
+    is_img2img: bool,
+    family: str | None = None,
+    pixels: int = DIT_PIXELS_PER_TOKEN,
+) -> str:
     """The token hint (`div.tome-token-hint`, id of the item `token_hint`): for each pass that runs Custom values, a
     line of its tokens per level (the first pass, and in txt2img the Hires fix pass while it is on), counted for
     the loaded family's layout (`FAMILY_LAYOUTS`; both families while none is known); a pass that runs a preset
@@ -794,7 +863,7 @@ def token_hint_html(job: TomeJob | None, page: PageValues, *, is_img2img: bool, 
     if job is not None:
         lines = [
             label + text
-            for custom, label, text in _token_lines(job, page, is_img2img=is_img2img, family=family)
+            for custom, label, text in _token_lines(job, page, is_img2img=is_img2img, family=family, pixels=pixels)
             if custom
         ]
     element_id = elem_id("img2img" if is_img2img else "txt2img", "token_hint")

@@ -6,7 +6,7 @@ What it stands in for (docs/webui-contract.md sections 1.5, 3.2, 3.3):
     javascript/tome.js, the way `modules/ui_gradio_extensions.py` patches gradio's TemplateResponse (it also
     watches the page's timers, for the test that tome.js leaves none)
   * the WebUI controls tome.js reads: `#<tab>_prompt` (marks the UI as loaded), `#<tab>_width`, `#<tab>_height`,
-    and in txt2img the Hires fix InputAccordion `#txt2img_hr` with `#txt2img_hr_scale`, `#txt2img_hr_resize_x|y`
+    `#<tab>_batch_size` (up to Forge Neo's 241 frames of a Wan video), and in txt2img the Hires fix InputAccordion `#txt2img_hr` with `#txt2img_hr_scale`, `#txt2img_hr_resize_x|y`
   * the script: scripts/tome.py loaded like the WebUI loads it, its `ui()` built by the stand-in ScriptRunner in
     each tab (so the element ids are the real `script_<tab>_tome_<item>`)
 
@@ -158,6 +158,7 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     controls.append(gr.Slider(64, 2048, 512, step=8, label="Width", elem_id=f"{tab}_width"))
                     controls.append(gr.Slider(64, 2048, 512, step=8, label="Height", elem_id=f"{tab}_height"))
+                    controls.append(gr.Slider(1, 241, 1, step=1, label="Batch size", elem_id=f"{tab}_batch_size"))
                 if tab == "txt2img":
                     with InputAccordion(False, label="Hires. fix", elem_id="txt2img_hr") as enable_hr:
                         controls.append(enable_hr)

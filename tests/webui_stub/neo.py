@@ -18,7 +18,9 @@ Forge 2, modelled here:
   `IntegratedFluxTransformer2DModel`, Chroma `IntegratedChromaTransformer2DModel`, Wan `WanModel`, QwenImage
   `QwenImageTransformer2DModel`, Lumina2 and ZImage `NextDiT`, Anima `Anima`. Their attention goes through
   `backend.attention.attention_function` (PyTorch's SDPA here; a test may pick the basic einsum one, a CPU's default).
-  Neo loads no SD2.x checkpoint.
+  Neo loads no SD2.x checkpoint. Building an engine stands for Neo's loader loading its checkpoint: it sets
+  `backend.args.dynamic_args["wan"]` to whether the checkpoint's Hugging Face repo names Wan (`repo`), which with
+  `is_wan` makes `process_images_inner` generate one video whose frame count is the batch size.
 * The sampler calls the patcher's `model_options["model_function_wrapper"]` around the model when one is set
   (`backend/sampling`, as ComfyUI): Neo's `Spectrum Integrated` (in Haoming02's `neo` branch after 3df257ae,
   `extensions-builtin/sd_forge_spectrum`) sets one on a clone of the patcher in its `process_before_every_sampling`
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from backend import args as backend_args
 from modules import script_callbacks, scripts, sd_models, shared
 from torch import nn
 
@@ -54,10 +57,12 @@ class StableDiffusion(forge.Engine):
     """Neo's SD1.5 engine (`backend/diffusion_engine/sd15.py`): Forge 2's shape plus `is_wan` and a model config."""
 
     model_type = "EPS"
+    repo = ""  # the Hugging Face repo Neo's loader guesses for the checkpoint (`estimated_config.huggingface_repo`)
 
     def __init__(self, diffusion_model: nn.Module, *, is_sdxl: bool = False) -> None:
         super().__init__(diffusion_model, is_sdxl=is_sdxl)
         self.is_wan = False
+        backend_args.dynamic_args["wan"] = "Wan" in self.repo  # as `backend/loader.py` sets it on every load
         self.model_config = types.SimpleNamespace(model_type=types.SimpleNamespace(name=self.model_type))
 
 
@@ -123,6 +128,7 @@ class ZImage(Lumina2):
 
 class Wan(Flux):
     model_type = "FLOW"
+    repo = "Wan-AI/Wan2.1-T2V-14B"
     wan = True
     frames = 3
 
@@ -134,6 +140,7 @@ class Wan(Flux):
 
 
 class QwenImage(Wan):
+    repo = "Qwen/Qwen-Image"  # the Wan VAE (`is_wan`) but no Wan repo: Neo makes a batch of images of it
     frames = 1
 
     @staticmethod

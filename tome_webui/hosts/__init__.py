@@ -67,6 +67,10 @@ class Host(Protocol):
     def switch_off_builtin(self, p: Any, *, is_img2img: bool) -> bool:
         """Switch the built-in token merging off for the generation `p` (before it starts); True if it was on."""
 
+    def video_frames(self, model: Any, batch_size: float | None) -> int:
+        """The frames `model` generates per video at the page's `batch_size` (None: the page has no such control),
+        where the host turns the batch into frames (Forge Neo's Wan); 1 where it generates a batch of images."""
+
     def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> Removable | None:
         """Run `on_call()` before each call of `unet`, for a host that fires no script callback per sampler step
         (the lifecycle then sees passes and model swaps from there); None when the host's callbacks suffice."""

@@ -43,6 +43,9 @@ class A1111Host:
     def switch_off_builtin(self, p: Any, *, is_img2img: bool) -> bool:
         return switch_off_builtin(p, is_img2img=is_img2img)
 
+    def video_frames(self, model: Any, batch_size: float | None) -> int:
+        return 1  # a batch is of images
+
     def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> None:
         return None  # `on_cfg_denoiser` fires before every UNet evaluation
 

@@ -18,6 +18,8 @@ built-in token merging adds `TomePatcher` functions as attn1 patches to it; they
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -95,8 +97,32 @@ class ForgeHost:
     def switch_off_builtin(self, p: Any, *, is_img2img: bool) -> bool:
         return a1111.switch_off_builtin(p, is_img2img=is_img2img)  # the same settings as A1111
 
+    def video_frames(self, model: Any, batch_size: float | None) -> int:
+        if not (getattr(model, "is_wan", False) and _neo_dynamic_args().get("wan")):
+            return 1
+        return neo_frames(batch_size)
+
     def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> None:
         return None  # `on_cfg_denoiser` fires before every UNet evaluation
+
+
+def _neo_dynamic_args() -> dict[str, Any]:
+    """Forge Neo's `backend.args.dynamic_args`, set by its loader for the checkpoint loaded; {} outside Neo. Read from
+    `sys.modules`, never imported: in Neo it is loaded long before any hint, and importing it elsewhere (Forge 2 has a
+    `backend.args` too) would parse the command line for nothing."""
+    module = sys.modules.get("backend.args")
+    found = getattr(module, "dynamic_args", None)
+    return found if isinstance(found, dict) else {}
+
+
+def neo_frames(batch_size: float | None) -> int:
+    """The frames of Forge Neo's Wan video at a batch size, as `modules/processing.py: process_images_inner` rounds
+    it (down to 4k+1, ComfyUI's Wan rule: the Wan VAE packs 4 frames into each latent frame after the first);
+    1 for a missing or unusable value (the slider's default)."""
+    if batch_size is None or not math.isfinite(batch_size) or batch_size < 1:
+        return 1
+    times = (int(batch_size) - 1) // 4 + 1
+    return (times - 1) * 4 + 1
 
 
 HOST = ForgeHost()

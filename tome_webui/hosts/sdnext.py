@@ -108,6 +108,9 @@ class SDNextHost:
         setattr(p, METHOD_KEY, OFF)  # the infotext reads `p` first
         return True
 
+    def video_frames(self, model: Any, batch_size: float | None) -> int:
+        return 1  # its video tab sets frames of its own; the batch of txt2img/img2img is of images
+
     def watch(self, unet: nn.Module, on_call: Callable[[], None]) -> ForwardWatch:
         return ForwardWatch(unet, on_call)
 
