@@ -33,7 +33,6 @@ from torch import nn
 import tome_core
 from tome_bench.archs import natural_latent
 from tome_bench.dit_inputs import ids
-from tome_bench.refit import Refit
 
 #: Logit per unit of cosine similarity at sharpness 1 (the UNet stand-ins' scale, tome_bench.standin).
 LOGIT_SCALE = 8.0
@@ -41,15 +40,11 @@ LOGIT_SCALE = 8.0
 #: one call at sigma 0.5: Chroma's as built (0.15-0.25, with Z-Image's 0.16 and Wan's 0.11 the strongest
 #: initialisations of the families), where Flux.1, Flux.2, Qwen-Image and SD3.5 come out at 0.02-0.03.
 BLOCK_UPDATE = 0.2
-#: The panel's variants: uniform attention (random weights as initialised), the stand-in, sharper and softer, and
-#: the stand-in re-fitted to the trained DiT's attention profile (tome_bench.refit).
-VARIANTS: dict[str, float | Refit | None] = {
-    "random": None,
-    "stand-in": 0.85,
-    "sharper": 1.0,
-    "softer": 0.7,
-    "refit": Refit(),
-}
+#: The tied variants: uniform attention (random weights as initialised), the stand-in, sharper and softer
+#: (tome_bench.refit.VARIANTS adds the stand-in re-fitted to the trained DiT's attention profile).
+VARIANTS: dict[str, float | None] = {"random": None, "stand-in": 0.85, "sharper": 1.0, "softer": 0.7}
+#: A surgery in place of the tie: (model, family, seed) -> None (`tome_bench.refit.Refit`).
+Surgery = Callable[[nn.Module, "Family", int], Any]
 
 
 #: What a family's pipeline does with one step's latent: (model, family, latent, sigma, text states) -> the velocity
@@ -382,7 +377,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def _tie(module: nn.Module, head_dim: int, gain: float) -> bool:
+def tie(module: nn.Module, head_dim: int, gain: float) -> bool:
     """Ties one attention's query and key projections per stream and sets its q/k norms to `gain`; whether it has
     any. Where a key head serves several query heads (Lumina 2's grouped-query attention, each key head repeated for
     consecutive query heads), those query heads take its projection."""
@@ -437,7 +432,7 @@ def surgery(model: nn.Module, family: Family, sharpness: float) -> int:
     """The stand-in's weight surgery on `model` in place; how many attention modules it tied."""
     _centre_positions(model, family)
     gain = math.sqrt(LOGIT_SCALE * sharpness / math.sqrt(family.head_dim))
-    return sum(_tie(module, family.head_dim, gain) for module in model.modules())
+    return sum(tie(module, family.head_dim, gain) for module in model.modules())
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
@@ -510,21 +505,24 @@ def _scale_time(model: nn.Module, family: Family) -> None:
 
 
 @torch.no_grad()
-def build(family: Family, sharpness: float | Refit | None, seed: int = 0) -> nn.Module:
+def build(family: Family, sharpness: float | Surgery | None, seed: int = 0) -> nn.Module:
     """The reduced DiT with random weights; with `sharpness`, the stand-in (tied query/key projections per stream,
     their RMS norms scaled so that a logit is LOGIT_SCALE * sharpness times a cosine similarity, and blocks that
-    change the stream by BLOCK_UPDATE); with a `Refit`, the stand-in re-fitted to the trained DiT's attention
-    profile (tome_bench.refit.surgery in place of the tie, the same blocks' update)."""
+    change the stream by BLOCK_UPDATE); with a `Surgery` (a `tome_bench.refit.Refit`), that surgery in place of the
+    tie (the stand-in re-fitted to the trained DiT's attention profile), the same blocks' update."""
     import diffusers
-
-    from tome_bench import refit
 
     torch.manual_seed(seed)
     model = getattr(diffusers, family.cls)(**family.config).eval().requires_grad_(False)
-    if isinstance(sharpness, Refit):
-        refit.surgery(model, family, sharpness, seed)
+    if callable(sharpness):
+        sharpness(model, family, seed)
         _scale_time(model, family)
-        strengthen(model, family)
+        # A surgery may ask for its own block update (tome_bench.refit.Refit.update: the calibrated variant's).
+        update = getattr(sharpness, "update", None)
+        strengthen(model, family, BLOCK_UPDATE if update is None else update)
+        speed = getattr(sharpness, "velocity", None)
+        if speed is not None:
+            model.__dict__[VELOCITY_ATTR] = speed / velocity_ratio(model, family)
     elif sharpness is not None:
         surgery(model, family, sharpness)
         _scale_time(model, family)
@@ -532,10 +530,28 @@ def build(family: Family, sharpness: float | Refit | None, seed: int = 0) -> nn.
     return model
 
 
+#: The model attribute a surgery sets to narrow the time the model reads (tome_bench.refit.Refit.time): the model is
+#: fed TIME_ANCHOR + squeeze * (sigma - TIME_ANCHOR) in place of sigma. Absent (every tied variant): sigma as it is.
+TIME_ATTR = "_standin_time_squeeze"
+TIME_ANCHOR = 0.5
+#: The model attribute a surgery's velocity gain is kept in (tome_bench.refit.Refit.velocity): `call` scales the
+#: velocity by it. Absent (every tied variant): 1.
+VELOCITY_ATTR = "_standin_velocity_gain"
+
+
 def call(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
     """The velocity for `latent` at noise level `sigma`, as the family's diffusers pipeline calls the model and
-    steps its scheduler with the output."""
-    return family.feed(model, family, latent, sigma, text)
+    steps its scheduler with the output (a surgery's time squeeze, TIME_ATTR, applied to the sigma it reads)."""
+    squeeze = model.__dict__.get(TIME_ATTR)
+    if squeeze is not None:
+        sigma = TIME_ANCHOR + squeeze * (sigma - TIME_ANCHOR)
+    return family.feed(model, family, latent, sigma, text) * model.__dict__.get(VELOCITY_ATTR, 1.0)
+
+
+def velocity_ratio(model: nn.Module, family: Family, seed: int = 0) -> float:
+    """||velocity|| / ||input|| of one call at sigma 0.5 (`one_call`'s input: a natural-spectrum latent half noised)."""
+    noise, natural, _ = sample_inputs(family, seed)
+    return float(one_call(model, family, seed).norm() / (0.5 * noise + 0.5 * natural).norm())
 
 
 def sample_inputs(family: Family, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

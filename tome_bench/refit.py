@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from tome_bench.dit_standin import VARIANTS as STANDIN_VARIANTS
+
 if TYPE_CHECKING:
     from tome_bench.dit_standin import Family
 
@@ -56,7 +58,7 @@ SINK_AT = 8
 
 @dataclass(frozen=True)
 class Refit:
-    """The re-fitted construction's settings (`dit_standin.VARIANTS["refit"]`): each head's positional kernel drops
+    """The re-fitted construction's settings (`VARIANTS["refit"]`): each head's positional kernel drops
     by a depth drawn evenly from `depth` (logits, per axis, from the own token to far away; the low end global, the
     high end local); the tied content part adds `content` logits per unit cosine; a text key draws `text` logits
     more than an image key SINK_AT rows and columns away. None: the family's fitted value (FITTED, else DEFAULTS)."""
@@ -64,10 +66,31 @@ class Refit:
     depth: tuple[float, float] | None = None
     content: float | None = None
     text: float | None = None
+    #: The generation's calibration (`VARIANTS["calibrated"]`, docs/runs/2026-12-06-refit-calibrated), None: as the
+    #: tied stand-ins. `update`: the blocks' ||out - in|| / ||in|| at sigma 0.5 (`dit_standin.strengthen`; None:
+    #: dit_standin.BLOCK_UPDATE); `time`: the squeeze of the time the model reads (dit_standin.TIME_ATTR: it reads
+    #: 0.5 + time * (sigma - 0.5)), so that its velocity moves with the sigma about as the trained DiT's does.
+    update: float | None = None
+    time: float | None = None
+    #: ||velocity|| / ||input|| of one call at sigma 0.5 (`dit_standin.velocity_ratio`; None: as built).
+    velocity: float | None = None
+
+    def __call__(self, model: nn.Module, family: Family, seed: int) -> None:
+        """The surgery in place of the tie (`dit_standin.build` calls it, then `strengthen`s to `update`)."""
+        from tome_bench.dit_standin import TIME_ATTR
+
+        surgery(model, family, self, seed)
+        if self.time is not None:
+            model.__dict__[TIME_ATTR] = self.time
 
     def resolved(self, family: str) -> Refit:
         fitted = DEFAULTS | FITTED.get(family, {})
-        return Refit(**{f: fitted[f] if getattr(self, f) is None else getattr(self, f) for f in DEFAULTS})
+        return Refit(
+            **{f: fitted[f] if getattr(self, f) is None else getattr(self, f) for f in DEFAULTS},
+            update=self.update,
+            time=self.time,
+            velocity=self.velocity,
+        )
 
 
 #: The settings every family starts from: fitted on Flux.1's stand-in at sigma 0.5 against the trained model's
@@ -194,7 +217,7 @@ class Stream:
 
 
 def streams(module: nn.Module, head_dim: int) -> list[Stream]:
-    """The query/key projections of one attention module, as `dit_standin._tie` finds them."""
+    """The query/key projections of one attention module, as `dit_standin.tie` finds them."""
     found = []
     fused = getattr(module, "to_qkv_mlp_proj", None)  # Flux.2's single blocks: rows [q, k, v, MLP] in one
     if isinstance(fused, nn.Linear):
@@ -285,16 +308,16 @@ def _rope_placement(design: Design, depth: float, d: int) -> Placement:
 def surgery(model: nn.Module, family: Family, settings: Refit, seed: int = 0) -> int:
     """The re-fitted surgery on `model` in place (see the module's docstring); how many attention modules it set.
     Cross-attention (Wan's attn2: keys from the text, no positions) is tied as the old stand-in ties it."""
-    from tome_bench.dit_standin import LOGIT_SCALE, VARIANTS, _tie
+    from tome_bench.dit_standin import LOGIT_SCALE, tie
 
     settings = settings.resolved(family.name)
     d = family.head_dim
     attentions = list(_attentions(model))
     selfs = [m for n, m in attentions if not n.endswith("attn2")]
-    tied_gain = math.sqrt(LOGIT_SCALE * float(VARIANTS["stand-in"]) / math.sqrt(d))  # type: ignore[arg-type]
+    tied_gain = math.sqrt(LOGIT_SCALE * float(STANDIN_VARIANTS["stand-in"]) / math.sqrt(d))  # type: ignore[arg-type]
     for name, module in attentions:
         if name.endswith("attn2"):
-            _tie(module, d, tied_gain)
+            tie(module, d, tied_gain)
     layouts = {id(m): streams(m, d) for m in selfs}
     moments = _second_moments(model, family, [s.q for ss in layouts.values() for s in ss])
     rope = ROPES.get(family.name)
@@ -405,3 +428,24 @@ def _table_placement(model: nn.Module, family: Family, depth: float, d: int, mom
     content[2 * len(kept) : d - 2] = True
     near = 2 * depth * float((unit * torch.cos(omegas * SINK_AT)).sum())
     return Placement(torch.zeros(d, dtype=torch.float64), rows, weight, near, content, d - 2)
+
+
+#: The calibrated variant's block update: the trained DiT's blocks change their stream by 0.25-0.52 at sigma 0.5
+#: (mean 0.375; dit_standin.updates on tome_bench.trained_dit), the tied and refit stand-ins' by 0.2.
+CALIBRATED_UPDATE = 0.375
+#: The calibrated variant's time squeeze: the model reads 0.5 + CALIBRATED_TIME * (sigma - 0.5), so that its velocity
+#: at a fixed input moves between sigma 0.5 and 0.45 about as the trained DiT's does (0.08; as built 0.46: the random
+#: time embedding's fast sinusoids make the velocity swing with the sigma, each step grid samples unrelated
+#: velocities, and dropping a step cost as much as the naive port). docs/runs/2026-12-06-refit-calibrated.
+CALIBRATED_TIME = 0.008
+#: The calibrated variant's velocity: ||v|| / ||x|| of one call at sigma 0.5, the trained DiT's on its evaluation
+#: crops (1.90); the refit stand-in's as built 0.82 (its generation ends near its starting noise, cosine 0.87, where
+#: the trained DiT's ends at an image, cosine 0.20 with its noise, so that any change was diluted by the noise).
+CALIBRATED_VELOCITY = 1.9
+#: The stand-in variants the panels run: the tied ones (`dit_standin.VARIANTS`), the re-fitted one and the re-fitted
+#: one calibrated to the trained DiT's generation response.
+VARIANTS: dict[str, float | Refit | None] = {
+    **STANDIN_VARIANTS,
+    "refit": Refit(),
+    "calibrated": Refit(update=CALIBRATED_UPDATE, time=CALIBRATED_TIME, velocity=CALIBRATED_VELOCITY),
+}
