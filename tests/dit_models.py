@@ -280,6 +280,21 @@ def sd3() -> Tiny:
 
 
 FRAMES = 5  # latent frames of the tiny videos
+#: The tiny Wan transformer's config (diffusers' `WanTransformer3DModel`): Wan 2.1 text-to-video's layout.
+TINY_WAN: dict[str, Any] = {
+    "patch_size": (1, 2, 2),
+    "num_attention_heads": 2,
+    "attention_head_dim": 16,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 32,
+    "freq_dim": 16,
+    "ffn_dim": 64,
+    "num_layers": 2,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "rope_max_seq_len": 64,
+}
 
 
 def wan() -> Tiny:
@@ -287,20 +302,7 @@ def wan() -> Tiny:
 
     def build() -> nn.Module:
         torch.manual_seed(0)
-        return WanTransformer3DModel(
-            patch_size=(1, 2, 2),
-            num_attention_heads=2,
-            attention_head_dim=16,
-            in_channels=4,
-            out_channels=4,
-            text_dim=32,
-            freq_dim=16,
-            ffn_dim=64,
-            num_layers=2,
-            cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads",
-            rope_max_seq_len=64,
-        ).eval()
+        return WanTransformer3DModel(**TINY_WAN).eval()
 
     def inputs(seed: int) -> dict[str, Any]:
         g = _gen(seed)
@@ -323,20 +325,7 @@ def wan22_i2v() -> Tiny:
 
     def build() -> nn.Module:
         torch.manual_seed(0)
-        return WanTransformer3DModel(
-            patch_size=(1, 2, 2),
-            num_attention_heads=2,
-            attention_head_dim=16,
-            in_channels=48,
-            out_channels=48,
-            text_dim=32,
-            freq_dim=16,
-            ffn_dim=64,
-            num_layers=2,
-            cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads",
-            rope_max_seq_len=64,
-        ).eval()
+        return WanTransformer3DModel(**{**TINY_WAN, "in_channels": 48, "out_channels": 48}).eval()
 
     def inputs(seed: int) -> dict[str, Any]:
         g = _gen(seed)

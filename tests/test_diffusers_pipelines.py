@@ -15,7 +15,7 @@ import torch
 import tome_core
 from tome_core.families import Tokens
 
-from dit_models import TINY
+from dit_models import TINY, TINY_WAN
 
 STEPS = 4
 
@@ -306,18 +306,7 @@ def _wan_flf2v(image_dim: int | None) -> tuple[Any, dict[str, Any]]:
     ).eval()
     torch.manual_seed(0)
     transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=12,
-        out_channels=4,
-        text_dim=32,
-        freq_dim=16,
-        ffn_dim=64,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=64,
+        **{**TINY_WAN, "in_channels": 12},  # the latent, its condition and the mask's 4 channels
         image_dim=image_dim,
         added_kv_proj_dim=None if image_dim is None else 32,
         pos_embed_seq_len=None if image_dim is None else 2 * 5,  # both frames' 5 CLIP tokens
