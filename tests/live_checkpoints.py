@@ -11,7 +11,9 @@ The second form sets up the diffusion-transformer checks (tests/test_live_comfy_
 fixes the hidden size at 3072 and finds the family from the `double_blocks.*` keys) and `random-wan21.safetensors`
 (Wan 2.1 text-to-video with dim 256, two heads, two blocks: ComfyUI reads the dim from `head.modulation`), SD3.5,
 Qwen-Image, Lumina 2, `random-hunyuanvideo.safetensors` (HunyuanVideo text-to-video, width 256, two double and two
-single blocks) and `random-ltxv.safetensors` (LTX-Video, width 256 in 32 heads, four blocks), and copies
+single blocks), `random-ltxv.safetensors` (LTX-Video, width 256 in 32 heads, four blocks), Wan 2.2 14B's two
+experts (`random-wan22-14b-high.safetensors`, `random-wan22-14b-low.safetensors`: Wan 2.1's layout and dims, their
+own seeds) and Wan 2.2 TI2V 5B (`random-wan22-5b.safetensors`: 48 latent channels, dim 256, two blocks), and copies
 tests/comfy_live_node (conditioning of the right shape from a seed, in place of the T5 text encoders) into
 `custom_nodes/tome_live_conditioning`. The tensor names and shapes are those of ComfyUI's own model classes, built
 on the meta device from the given ComfyUI checkout; the values are seeded normal weights (std 0.02), zero biases
@@ -94,6 +96,26 @@ DIT_CHECKPOINTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "comfy.ldm.wan.model",
         "WanModel",
         {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
+    ),
+    # Wan 2.2 14B text-to-video's two experts (high noise, low noise): Wan 2.1's layout, which ComfyUI detects them as
+    # (`WAN21_T2V`), at Wan 2.1's dims here; two files of their own seeds, as the two experts differ.
+    "random-wan22-14b-high.safetensors": (
+        "comfy.ldm.wan.model",
+        "WanModel",
+        {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
+    ),
+    "random-wan22-14b-low.safetensors": (
+        "comfy.ldm.wan.model",
+        "WanModel",
+        {"model_type": "t2v", "in_dim": 16, "dim": 256, "ffn_dim": 512, "out_dim": 16, "num_heads": 2, "num_layers": 2},
+    ),
+    # Wan 2.2 TI2V 5B as ComfyUI detects it (`head.head` out 48 x 4 patch values: out_dim 48, `WAN22_T2V`, the Wan22
+    # latent format of 48 channels at 16x spatial compression; in_dim 48 from `patch_embedding`), at dim 256, two
+    # blocks.
+    "random-wan22-5b.safetensors": (
+        "comfy.ldm.wan.model",
+        "WanModel",
+        {"model_type": "t2v", "in_dim": 48, "dim": 256, "ffn_dim": 512, "out_dim": 48, "num_heads": 2, "num_layers": 2},
     ),
     # SD3.5 as ComfyUI detects it (width 64 x depth: 256 at four blocks, 4 heads; four: its Quality and Balanced start
     # past half the depth), the first block with SD3.5 Medium's second, image-only attention.
@@ -198,6 +220,9 @@ DIT_SEEDS = {
             "random-wan21.safetensors",
             "random-hunyuanvideo.safetensors",
             "random-ltxv.safetensors",
+            "random-wan22-14b-high.safetensors",
+            "random-wan22-14b-low.safetensors",
+            "random-wan22-5b.safetensors",
         ]
     )
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -198,25 +199,26 @@ def test_each_sampler_of_a_split_schedule_names_its_part_of_the_noise_schedule(c
     """Issue 58: Wan 2.2 14B's workflow runs two models, each with its ToMe node, through two KSamplerAdvanced over
     one schedule: the high-noise expert from step 0 to 4 (leftover noise returned), the low-noise expert from step 4
     to the end. The models cannot tell which expert they are; each line says which part of the schedule it sampled
-    (the sampling's sigmas beside the model's `sigma_max`). A whole schedule adds nothing."""
+    (the sampling's sigmas beside the model's `sigma_max`). A whole schedule adds nothing. Fastest: its window (from
+    a quarter of the steps on) holds steps of every part."""
     sigmas = [*torch.linspace(8.0, 0.1, 8).tolist(), 0.0]  # the stand-in's schedule of 8 steps (comfy_stub.sampling)
     caplog.set_level(logging.INFO, logger="tome")
-    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, last_step=4, **ARGS["wan"])
-    sample(tome(load_checkpoint("wan", seed=1), "Fast"), steps=8, start_step=4, **ARGS["wan"])
-    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, start_step=2, last_step=6, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan"), "Fastest"), steps=8, last_step=4, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan", seed=1), "Fastest"), steps=8, start_step=4, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan"), "Fastest"), steps=8, start_step=2, last_step=6, **ARGS["wan"])
     sample(tome(load_checkpoint("sdxl"), "Fast"), steps=8, start_step=6)  # an SDXL refiner's part: a UNet's line
-    sample(tome(load_checkpoint("wan"), "Fast"), steps=8, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan"), "Fastest"), steps=8, **ARGS["wan"])
     high, low, middle, refiner, whole = (line for _, line in tome_lines(caplog))
     part = "part of the noise schedule"
     assert high.startswith(
-        f"{HEAD} (Fast for wan) on the high-noise {part}, 4 steps from sigma 8 to {sigmas[4]:.3g}: keys/values"
+        f"{HEAD} (Fastest for wan) on the high-noise {part}, 4 steps from sigma 8 to {sigmas[4]:.3g}: keys/values"
     )
-    assert low.startswith(f"{HEAD} (Fast for wan) on the low-noise {part}, 4 steps from sigma {sigmas[4]:.3g} to 0:")
+    assert low.startswith(f"{HEAD} (Fastest for wan) on the low-noise {part}, 4 steps from sigma {sigmas[4]:.3g} to 0:")
     assert middle.startswith(
-        f"{HEAD} (Fast for wan) on a middle {part}, 4 steps from sigma {sigmas[2]:.3g} to {sigmas[6]:.3g}:"
+        f"{HEAD} (Fastest for wan) on a middle {part}, 4 steps from sigma {sigmas[2]:.3g} to {sigmas[6]:.3g}:"
     )
     assert refiner.startswith(f"{HEAD} (Fast for sdxl) on the low-noise {part}, 2 steps from sigma {sigmas[6]:.3g}")
-    assert whole.startswith(f"{HEAD} (Fast for wan): keys/values")
+    assert whole.startswith(f"{HEAD} (Fastest for wan): keys/values")
 
 
 def test_an_interrupt_leaves_nothing_patched_and_the_next_sampling_is_bitwise(family: str, caplog: Any) -> None:
@@ -865,4 +867,21 @@ def test_the_log_gives_the_core_s_reasons_for_blocks_not_reached() -> None:
     partly = explain_dit(replace(stats, not_reached=((why, 2),)))
     assert partly == f"{head}{why}; ToMe's attention override was not called: another node replaced the model's" + (
         " forward or dropped transformer_options (TeaCache, MagCache...); the model ran unchanged"
+    )
+
+
+def test_a_split_schedule_counts_each_step_where_it_lies_in_the_whole_schedule(caplog: Any) -> None:
+    """Issue 58: Wan 2.2 14B's two samplings of one 8-step schedule, Balanced (from half of the steps on) on both
+    experts: the steps the window holds are the generation's last half, all in the low-noise expert (ComfyUI's
+    `percent_to_sigma` places each sigma), as a diffusers pipeline running both counts them. Counted within each
+    part, the high-noise expert's last two steps (the generation's third and fourth) were reduced too."""
+    alone = sample(load_checkpoint("wan"), steps=8, last_step=4, **ARGS["wan"])
+    caplog.set_level(logging.INFO, logger="tome")
+    high = sample(tome(load_checkpoint("wan"), "Balanced"), steps=8, last_step=4, **ARGS["wan"])
+    sample(tome(load_checkpoint("wan", seed=1), "Balanced"), steps=8, start_step=4, **ARGS["wan"])
+    assert torch.equal(high, alone)  # the window holds none of the high-noise expert's steps
+    (high_level, high_line), (_, low_line) = tome_lines(caplog)
+    assert "the step window excluded every step" in high_line and high_level == "INFO"  # the settings, not a failure
+    assert "on the low-noise part" in low_line and re.search(
+        r"subsampled \(each query's own key kept\) in (\d+) of \1 ", low_line
     )

@@ -4,7 +4,8 @@ Not run by `make test` (marker `comfy`); skipped unless `TOME_COMFY_URL` is set 
 tests/test_live_comfy.py: `TOME_COMFY_URL`, `TOME_COMFY_LOG`). Setup, once per ComfyUI checkout:
 
     python tests/live_checkpoints.py dit ComfyUI      # random Flux, Wan, Qwen-Image, SD3.5, Lumina 2, HunyuanVideo,
-                                                      # LTX-Video + conditioning
+                                                      # LTX-Video, Wan 2.2 (14B's two experts, TI2V 5B)
+                                                      # + conditioning
 
 then start ComfyUI with this repository in custom_nodes (`python main.py --cpu --cache-none ...`). The checkpoints
 have random weights (nothing is downloaded): Flux.1 dev's layout at one double and one single block (ComfyUI fixes
@@ -13,7 +14,13 @@ by ComfyUI), Qwen-Image at four blocks (width 3072), SD3.5 at four blocks (width
 first), HunyuanVideo at two double and two single blocks (width 256), LTX-Video at four blocks (width 256); the text
 encoders (T5-XXL, UMT5-XXL, Gemma 2, Qwen2.5-VL, LLaMA) are replaced by `tome_live_Conditioning`
 (tests/comfy_live_node), conditioning of the right shape from a seed (Lumina 2's with an attention mask). Latents
-are saved with SaveLatent and compared bitwise; sizes are tiny (128 px, 9 frames for the video models, 2-6 steps).
+are saved with SaveLatent and compared bitwise; sizes are tiny (128 px, 9 frames for the video models, 4 steps: the
+diffusion-transformer presets reduce in a window of the later steps only, and ComfyUI's node follows the steps of each
+sampling, `tome_comfy.sampling.follow_steps`; at 2 steps Quality's window, from 0.75, holds none).
+
+Wan 2.2 (same setup, three more random checkpoints): 14B's two experts (Wan 2.1's layout, as ComfyUI loads them), each
+through its own ToMe node and KSamplerAdvanced on its part of one schedule, and TI2V 5B (48 latent channels, ComfyUI's
+`WAN22_T2V`), whose log line gives the 5B's speed figure (`tome_core.families.figures_family`).
 
 `TOME_COMFY_COMPILE=1` adds the TorchCompileModel checks (start ComfyUI with `--use-pytorch-cross-attention`: on a
 CPU it otherwise picks sub-quadratic attention, which breaks the graph; docs/comfyui-contract.md).
@@ -38,9 +45,14 @@ pytestmark = [
 ]
 
 PRESETS = ("Quality", "Balanced", "Fast", "Fastest")
-#: Blocks of the checkpoints that have four (tests/live_checkpoints.py: Qwen-Image's, SD3.5's and HunyuanVideo's
-#: Quality and Balanced start past half the depth, so with two they would reduce none; HunyuanVideo's are two double
-#: and two single blocks; LTX-Video's Quality starts at 0.35); the others have two.
+#: Steps of each sampling unless a check says otherwise: enough that every preset's step window holds one
+#: (`test_each_preset_changes_the_latent_and_logs_what_ran` asserts it from the presets' configs).
+STEPS = 4
+#: Custom settings that reduce every step (no step window), where a check needs ToMe to run whatever steps it gets.
+EVERY_STEP = {"mode": "kv", "sx": 2, "sy": 2, "block_start": 0.0}
+#: Blocks of the checkpoints that have four (tests/live_checkpoints.py: made four when these families' presets started
+#: past half the depth; HunyuanVideo's are two double and two single blocks); the others have two. The block counts
+#: the log should give follow from each preset's block window on these (`expected_blocks`).
 BLOCKS = {"sd3": 4, "qwen": 4, "hunyuanvideo": 4, "ltx": 4}
 #: family -> (checkpoint, conditioning (tokens, width, pooled), empty latent node and inputs)
 MODELS: dict[str, tuple[str, tuple[int, int, int], tuple[str, dict[str, Any]]]] = {
@@ -97,7 +109,7 @@ KEPT = {"lumina2": (8, 5), "ltx": (8, 5)}
 OWN = r" \(each query's own key kept\)"
 
 
-def graph_for(family: str, steps: int = 2, seed: int = 1, size: int | None = None) -> dict[str, Any]:
+def graph_for(family: str, steps: int = STEPS, seed: int = 1, size: int | None = None) -> dict[str, Any]:
     """Model, conditioning and empty latent; samplers and their outputs are added by the checks."""
     checkpoint, (tokens, width, pooled), (latent_node, latent_inputs) = MODELS[family]
     if size is not None:
@@ -223,21 +235,78 @@ def test_without_the_node_the_latent_repeats_bitwise(family: str, reference: byt
     assert run(graph)["ref"] == reference
 
 
+def preset_config(label: str, family: str) -> Any:
+    """The config a preset (by its node label) runs on `family` (`tome_core.get_preset(...).config`)."""
+    import tome_core
+
+    return tome_core.get_preset(label.lower()).config(family)
+
+
+def window_steps(config: Any, steps: int) -> list[int]:
+    """The steps of a `steps`-step sampling in `config`'s step window (as the node follows them: step i at i/steps)."""
+    return [i for i in range(steps) if config.active_at(i / steps)]
+
+
+def expected_blocks(config: Any, blocks: int) -> str:
+    """What the log says ran in a checkpoint of `blocks` blocks, from the config: merged in the block window in merge
+    mode (keys/values subsampled 2x2 in the other blocks with `pool_kv`: Flux.1's merged setting), else keys/values
+    subsampled in the block window; each query's own key kept where keys/values are subsampled (PyTorch attention)."""
+    selected = sum(config.block_selected(i, blocks) for i in range(blocks))
+    merged, kv = (selected, blocks - selected if config.pool_kv else 0) if config.mode == "merge" else (0, selected)
+    parts = [f"generated tokens merged in {merged}"] if merged else []
+    parts += [f"keys/values subsampled{OWN} in {kv}"] if kv else []
+    return rf"{' and '.join(parts)} of {blocks} blocks, text and reference tokens whole, attention by PyTorch; "
+
+
+def latent_size(family: str) -> tuple[int, ...]:
+    """The size the log names for a family's sampling at the default latent (width, height[, frames])."""
+    inputs = MODELS[family][2][1]
+    frames = (inputs["length"],) if "length" in inputs else ()
+    return (inputs["width"], inputs["height"], *frames)
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_each_preset_changes_the_latent_and_logs_what_ran(family: str, reference: bytes, preset: str) -> None:
+    """At `STEPS` steps every preset's window holds a step: the latent changes, the log names the blocks the config
+    selects on this checkpoint and the preset's figure for the size sampled, "over a generation" for a windowed
+    preset."""
+    from tome_core.words import speed_words
+
+    config = preset_config(preset, family)
+    assert window_steps(config, STEPS), f"{preset}'s step window holds none of {STEPS} steps: raise STEPS"
     mark = log_mark()
     graph = graph_for(family)
     save(graph, "p", sampler(graph, "k", tome(graph, "t", preset)))
     assert run(graph)["p"] != reference
     if LOG:
         line = next(line for line in log_after(mark).splitlines() if f"{head()} ({preset} for {family})" in line)
-        assert re.search(
-            rf": keys/values subsampled{OWN} in \d+ of \d+ blocks, text and reference tokens whole, attention by PyTorch; ",
-            line,
-        )
+        assert re.search(rf"\): {expected_blocks(config, BLOCKS.get(family, 2))}", line), line
+        per = "over a generation" if config.step_start > 0 or config.step_end < 1 else "per step"
+        assert re.search(rf"\d\.\d\d\u00d7 (faster|slower) {per} at ", line), line
+        words = speed_words(preset.lower(), family, latent_size(family))
+        assert words and line.endswith(f"; {words}"), (line, words)
     graph = graph_for(family)  # the next prompt without the node
     save(graph, "ref", sampler(graph, "k", ["unet", 0]))
     assert run(graph)["ref"] == reference
+
+
+def test_a_step_window_that_holds_no_step_leaves_the_latent_bitwise_and_says_so(family: str) -> None:
+    """At 2 steps a preset whose window starts past the second step's fraction (Quality's 0.75) reduces nothing: the
+    latent is ComfyUI's own, bitwise, and the log says why."""
+    steps = 2
+    empty = [p for p in PRESETS if not window_steps(preset_config(p, family), steps)]
+    if not empty:
+        pytest.skip(f"every preset's step window holds one of {steps} steps on {family}")
+    preset = empty[0]
+    mark = log_mark()
+    graph = graph_for(family, steps=steps)
+    save(graph, "ref", sampler(graph, "k0", ["unet", 0]))
+    save(graph, "p", sampler(graph, "k1", tome(graph, "t", preset)))
+    out = run(graph)
+    assert out["p"] == out["ref"]
+    if LOG:
+        line = next(line for line in log_after(mark).splitlines() if f"{head()} ({preset} for {family})" in line)
+        assert "the step window excluded every step; the model ran unchanged" in line, line
 
 
 def test_custom_settings_run_and_unet_only_values_are_refused_naming_the_field(family: str, reference: bytes) -> None:
@@ -290,7 +359,8 @@ def test_an_interrupted_prompt_leaves_nothing_behind(family: str, reference: byt
     # Steps enough that the interrupt lands while sampling on the fastest model here (the Wan one runs ~15 steps a
     # second); tqdm's line may skip "1/N" when steps are that fast, so any step counts.
     graph = graph_for(family, steps=400)
-    save(graph, "long", sampler(graph, "k", tome(graph, "t", "Fastest")))
+    # Every step reduced (a preset's window would start at step 100 or later: the interrupt would land before it).
+    save(graph, "long", sampler(graph, "k", tome_advanced(graph, "t", **EVERY_STEP)))
     status, body = queue(graph)
     assert status == 200, body
     started = time.time()
@@ -303,7 +373,10 @@ def test_an_interrupted_prompt_leaves_nothing_behind(family: str, reference: byt
     entry = wait(body["prompt_id"])
     assert entry["status"]["status_str"] == "error"
     if LOG:
-        assert f"{head()} (Fastest for {family}): sampling interrupted after" in log_after(mark)
+        assert re.search(
+            rf"{re.escape(head())} \(custom settings\): sampling interrupted after \d+ model calls?; keys/values subsampled",
+            log_after(mark),
+        ), log_after(mark)
     graph = graph_for(family)
     save(graph, "ref", sampler(graph, "k", ["unet", 0]))
     assert run(graph)["ref"] == reference
@@ -313,18 +386,23 @@ def test_an_interrupted_prompt_leaves_nothing_behind(family: str, reference: byt
 def test_with_easycache_or_lazycache_in_either_order_the_latent_is_the_same(family: str, cache: str) -> None:
     if (family, cache) == ("sd3", "EasyCache"):
         pytest.skip("EasyCache reuses no step of the random SD3.5 in 6 steps (0/6, 2026-11-28): nothing to compose")
+    # Keys/values subsampled in every step (custom settings, no step window): the presets' windows lie in the last
+    # steps, which these caches reuse at this threshold (the random Wan's: EasyCache 3/6, LazyCache 4/6, steps 3-5 of
+    # Fast's window all reused: ToMe then reduced nothing and both orders gave the cache's latent, 2026-12-06).
     mark = log_mark()
     graph = graph_for(family, steps=6)
     save(graph, "cache", sampler(graph, "k0", easycache(graph, "e0", ["unet", 0], cache)))
-    save(graph, "first", sampler(graph, "k1", easycache(graph, "e1", tome(graph, "t1", "Fast"), cache)))
-    save(graph, "second", sampler(graph, "k2", tome(graph, "t2", "Fast", easycache(graph, "e2", ["unet", 0], cache))))
+    first = easycache(graph, "e1", tome_advanced(graph, "t1", **EVERY_STEP), cache)
+    save(graph, "first", sampler(graph, "k1", first))
+    second = tome_advanced(graph, "t2", easycache(graph, "e2", ["unet", 0], cache), **EVERY_STEP)
+    save(graph, "second", sampler(graph, "k2", second))
     out = run(graph)
     assert out["first"] == out["second"] != out["cache"]
     if LOG:
         text = log_after(mark)
         skipped = [int(n) for n in re.findall(rf"{cache} - skipped (\d+)/6 steps", text)]
         assert len(skipped) == 3 and min(skipped) > 0, text  # the cache reused steps in each sampling
-        assert text.count(f"{head()} (Fast for {family}): keys/values subsampled") == 2
+        assert text.count(f"{head()} (custom settings): keys/values subsampled") == 2
 
 
 @pytest.mark.skipif(not os.environ.get("TOME_COMFY_COMPILE"), reason="TOME_COMFY_COMPILE is not set")
@@ -348,3 +426,172 @@ def test_under_torch_compile_model_in_either_order(family: str, order: str) -> N
     assert np.abs(eager - compiled).max() <= 1e-3 * max(1.0, float(np.abs(eager).max()))
     if LOG:
         assert "under torch.compile (backend inductor)" in log_after(mark)
+
+
+# ---------------------------------------------------------------------------------------------------- Wan 2.2
+
+#: Wan 2.2 14B's two experts (tests/live_checkpoints.py: Wan 2.1's layout, their own seeds) and TI2V 5B.
+WAN22_14B = ("random-wan22-14b-high.safetensors", "random-wan22-14b-low.safetensors")
+WAN22_5B = "random-wan22-5b.safetensors"
+#: A float as the log writes a sigma (`tome_comfy.sampling._sigma_text`: three significant digits).
+SIGMA = r"[0-9.e+-]+"
+
+
+def need(*files: str) -> None:
+    _, info = request_info("UNETLoader")
+    names = info["UNETLoader"]["input"]["required"]["unet_name"][0]
+    missing = [f for f in files if f not in names]
+    if missing:
+        pytest.skip(f"no {', '.join(missing)}: run `python tests/live_checkpoints.py dit COMFYUI_DIR`")
+    if request_info("tome_live_Conditioning")[0] != 200:
+        pytest.skip("no tome_live_Conditioning node: run `python tests/live_checkpoints.py dit COMFYUI_DIR`")
+
+
+def advanced(
+    graph: dict[str, Any], name: str, model: list[Any], latent: list[Any], start: int, end: int, leftover: bool
+) -> list[Any]:
+    """KSamplerAdvanced on steps `start` to `end` of one schedule of `graph["_steps"]`, as Wan 2.2 14B's workflow
+    runs each expert: noise added by the first, its leftover noise returned to the second."""
+    graph[name] = {
+        "class_type": "KSamplerAdvanced",
+        "inputs": {
+            "model": model,
+            "add_noise": "enable" if start == 0 else "disable",
+            "noise_seed": graph["_seed"],
+            "steps": graph["_steps"],
+            "cfg": 1.0,
+            "sampler_name": "euler",
+            "scheduler": "simple",
+            "positive": ["pos", 0],
+            "negative": ["neg", 0],
+            "latent_image": latent,
+            "start_at_step": start,
+            "end_at_step": end,
+            "return_with_leftover_noise": "enable" if leftover else "disable",
+        },
+    }
+    return [name, 0]
+
+
+def wan22_14b_graph(steps: int, presets: tuple[str, str] | None) -> dict[str, Any]:
+    """The two experts on one `steps`-step schedule split at half, each model through its own ToMe node (`presets`:
+    the high-noise expert's, the low-noise one's) or none; saves the high-noise part's latent ("high") and the
+    generation's ("low")."""
+    graph = graph_for("wan", steps=steps)
+    del graph["unet"]
+    for part, file in zip(("high", "low"), WAN22_14B):
+        graph[f"unet_{part}"] = {"class_type": "UNETLoader", "inputs": {"unet_name": file, "weight_dtype": "default"}}
+    high, low = ["unet_high", 0], ["unet_low", 0]
+    if presets is not None:
+        high = tome(graph, "t_high", presets[0], high)
+        low = tome(graph, "t_low", presets[1], low)
+    first = advanced(graph, "k_high", high, ["latent", 0], 0, steps // 2, True)
+    save(graph, "high", first)
+    save(graph, "low", advanced(graph, "k_low", low, first, steps // 2, steps, False))
+    return graph
+
+
+@pytest.fixture(scope="module")
+def wan22_14b_reference() -> dict[str, bytes]:
+    need(*WAN22_14B)
+    return run(wan22_14b_graph(8, None))
+
+
+def test_wan22_14b_experts_without_the_node_repeat_bitwise(wan22_14b_reference: dict[str, bytes]) -> None:
+    out = run(wan22_14b_graph(8, None))
+    assert out == wan22_14b_reference
+    assert out["high"] != out["low"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_wan22_14b_experts_each_reduce_and_log_their_part(wan22_14b_reference: dict[str, bytes], preset: str) -> None:
+    """Wan 2.2 14B's workflow at 8 steps (4 + 4), each expert through its own ToMe node: one line per sampling naming
+    its part (the high-noise one ends at the sigma the low-noise one starts from), and the next prompt without the
+    nodes is ComfyUI's own, bitwise. The step window lies over the whole schedule, each step placed by its sigma
+    (`schedule_places`: ComfyUI's percent_to_sigma), as a diffusers pipeline running both experts counts it: the
+    high-noise part (steps 0-3 of 8) is reduced only where the window opens before half of the steps (Fastest), else
+    it is ComfyUI's own, bitwise, and its line says the window excluded every step."""
+    steps, part_steps = 8, 4
+    config = preset_config(preset, "wan")
+    high_reduced = any(step / steps >= config.step_start for step in range(part_steps))
+    mark = log_mark()
+    out = run(wan22_14b_graph(steps, (preset, preset)))
+    # A bool, not the bytes: pytest's diff of two 49 kB latents under -v takes minutes.
+    high_changed = out["high"] != wan22_14b_reference["high"]
+    assert high_changed == high_reduced, (
+        f"high-noise part changed: {high_changed}, window holds its steps: {high_reduced}"
+    )
+    assert out["low"] != wan22_14b_reference["low"]
+    if LOG:
+        lines = [line for line in log_after(mark).splitlines() if f"{head()} ({preset} for wan)" in line]
+        assert len(lines) == 2, lines
+        blocks = expected_blocks(config, 2)
+        high_head = rf"\) on the high-noise part of the noise schedule, {part_steps} steps from sigma 1 to ({SIGMA}): "
+        high = re.search(high_head + (blocks if high_reduced else "could not apply"), lines[0])
+        low = re.search(
+            rf"\) on the low-noise part of the noise schedule, {part_steps} steps from sigma ({SIGMA}) to 0: {blocks}",
+            lines[1],
+        )
+        assert high and low, lines
+        assert high.group(1) == low.group(1), lines
+        assert high_reduced or "the step window excluded every step" in lines[0], lines
+        assert "faster over a generation" in lines[1] or "slower over a generation" in lines[1], lines
+    assert run(wan22_14b_graph(steps, None)) == wan22_14b_reference
+
+
+def test_wan22_14b_quality_window_lies_in_the_low_noise_part_as_in_diffusers(
+    wan22_14b_reference: dict[str, bytes],
+) -> None:
+    """Quality's window (from 0.75 of the steps) over the whole 8-step schedule holds steps 6 and 7, both in the
+    low-noise expert's part (steps 4-7): as in diffusers' two-expert pipeline, the high-noise part stays ComfyUI's
+    own, bitwise (before `schedule_places`, the node counted each part's steps on their own and reduced the
+    high-noise expert's last step: docs/runs/2026-12-06-live-comfy-redecided, run 3)."""
+    out = run(wan22_14b_graph(8, ("Quality", "Quality")))
+    assert out["low"] != wan22_14b_reference["low"]
+    # A bool, not the bytes: pytest's diff of two 49 kB latents under -v takes minutes.
+    high_unchanged = out["high"] == wan22_14b_reference["high"]
+    assert high_unchanged, "the high-noise part's latent differs from ComfyUI's own: its sampling was reduced"
+
+
+def test_wan22_14b_tome_on_the_low_noise_expert_only_leaves_the_high_noise_part_bitwise(
+    wan22_14b_reference: dict[str, bytes],
+) -> None:
+    """One ToMe node, on the low-noise expert: the high-noise part is ComfyUI's own, bitwise, and only the
+    low-noise sampling logs a line."""
+    graph = wan22_14b_graph(8, None)
+    graph["k_low"]["inputs"]["model"] = tome(graph, "t_low", "Fast", ["unet_low", 0])
+    mark = log_mark()
+    out = run(graph)
+    assert out["high"] == wan22_14b_reference["high"]
+    assert out["low"] != wan22_14b_reference["low"]
+    if LOG:
+        lines = [line for line in log_after(mark).splitlines() if head() in line]
+        assert len(lines) == 1 and "on the low-noise part of the noise schedule" in lines[0], lines
+
+
+def test_wan22_5b_runs_reduced_and_logs_the_5bs_figure() -> None:
+    """Wan 2.2 TI2V 5B (48 latent channels, 16x spatial compression): an empty 16-channel latent of 128 px, which
+    ComfyUI widens to the model's 48 channels (`comfy.sample.fix_empty_latent_channels`), samples 16x16 latent cells:
+    the log names 256x256, 9 frames, and the 5B's figure there, not the 14B's."""
+    from tome_core.words import speed_words
+
+    need(WAN22_5B)
+    preset = "Balanced"
+    size = (256, 256, 9)
+    words = speed_words(preset.lower(), "wan22-5b", size)
+    assert words and words != speed_words(preset.lower(), "wan", size)  # else the check could not tell them apart
+
+    def graph_5b(with_tome: bool) -> dict[str, Any]:
+        graph = graph_for("wan")
+        graph["unet"]["inputs"]["unet_name"] = WAN22_5B
+        save(graph, "out", sampler(graph, "k", tome(graph, "t", preset) if with_tome else ["unet", 0]))
+        return graph
+
+    reference = run(graph_5b(False))["out"]
+    mark = log_mark()
+    assert run(graph_5b(True))["out"] != reference
+    if LOG:
+        line = next(line for line in log_after(mark).splitlines() if f"{head()} ({preset} for wan)" in line)
+        assert re.search(rf"\): {expected_blocks(preset_config(preset, 'wan'), 2)}", line), line
+        assert line.endswith(f"; {words}"), (line, words)
+    assert run(graph_5b(False))["out"] == reference

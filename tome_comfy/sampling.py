@@ -354,6 +354,32 @@ def schedule_part(patcher: Any, outer_sample: Callable[..., Any], args: tuple[An
     return f" on {part} of the noise schedule, {count} from sigma {_sigma_text(first)} to {_sigma_text(last)}"
 
 
+#: The resolution of a step's place in its schedule handed to the core (`tome_core.set_step(model, place, PLACES)`).
+PLACES = 10_000
+
+
+def schedule_places(patcher: Any, sigmas: torch.Tensor) -> list[float] | None:
+    """Each sigma's place in the model's whole schedule, 0 at its start to 1 at its end: the percent that ComfyUI's
+    `model_sampling.percent_to_sigma` maps to it (the convention of ComfyUI's own start/end percents), found by
+    bisection on host floats; None where the model has no such mapping."""
+    getter = getattr(patcher, "get_model_object", None)
+    try:
+        to_sigma = getattr(getter("model_sampling"), "percent_to_sigma", None) if callable(getter) else None
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:  # another host's model: steps as counted
+        log.debug("ToMe: no percent_to_sigma for the step window: %s", exc)
+        return None
+    if to_sigma is None:
+        return None
+    places = []
+    for sigma in sigmas.tolist():  # one read back per sampling, before it runs (schedule_part reads two)
+        low, high = 0.0, 1.0
+        for _ in range(30):  # percent_to_sigma falls as the percent rises
+            middle = (low + high) / 2
+            low, high = (middle, high) if float(to_sigma(middle)) > sigma else (low, middle)
+        places.append(high if sigma <= 0 else (low + high) / 2)
+    return places
+
+
 def comfy_blocks(unet: nn.Module) -> Iterator[tuple[str, tuple[str, int, int], int]]:
     """Each transformer block of a ComfyUI UNet: its label ("input.4.0"), the key ComfyUI's `patches_replace`
     looks up ((block name, number, index in its stack)) and its downsampling level (1 = full resolution).
@@ -476,10 +502,20 @@ class _Run:
         total = max(int(sigmas.shape[-1]) - 1, 1)  # the shape is on the host: no device read
         original = bound.arguments.get("callback")
         unet = self.unet
-        tome_core.set_step(unet, 0, total)
+        # A part of a split schedule (Wan 2.2 14B's two experts) counts its steps where they lie in the whole
+        # schedule, as a pipeline that runs both does: counted within the part, the high-noise expert's last steps
+        # would be reduced as if they were the generation's.
+        places = schedule_places(self.patcher, sigmas) if self.part else None
+
+        def place(step: int) -> tuple[int, int]:
+            if places is None:
+                return step, total
+            return round(places[min(step, total)] * PLACES), PLACES
+
+        tome_core.set_step(unet, *place(0))
 
         def callback(step: int, *rest: Any, **kw: Any) -> Any:
-            tome_core.set_step(unet, int(step) + 1, total)  # called after step `step`: the next one runs
+            tome_core.set_step(unet, *place(int(step) + 1))  # called after step `step`: the next one runs
             return original(step, *rest, **kw) if original is not None else None
 
         bound.arguments["callback"] = callback
@@ -687,7 +723,11 @@ class _DitRun(_Run):
                 self.speed(),
             )
         else:
-            log.warning("%s %s%s", head, problem, f" ({self.compiled})" if self.compiled else "")
+            # A window that holds none of this sampling's steps is the settings working (Wan 2.2's high-noise
+            # expert under a window of the later steps), not a failure: said at the sampling's level.
+            windowed_out = stats.unet_calls > 0 and stats.active_calls == 0
+            compiled = f" ({self.compiled})" if self.compiled else ""
+            log.log(level if windowed_out else logging.WARNING, "%s %s%s", head, problem, compiled)
 
     def stop(self) -> None:
         self.uninstall()

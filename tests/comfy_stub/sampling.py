@@ -96,6 +96,10 @@ class ModelSampling:
     def sigma_max(self) -> torch.Tensor:
         return torch.tensor(SIGMA_MAX)
 
+    def percent_to_sigma(self, percent: float) -> float:
+        """A schedule linear in the percent, as ComfyUI's flow models' at shift 1 (times SIGMA_MAX)."""
+        return SIGMA_MAX * min(max(1.0 - percent, 0.0), 1.0)
+
 
 #: name -> (model config, diffusion model kind, latent format, the model's timestep per sigma); the diffusion
 #: transformers are tests/comfy_stub/dit.py's.
