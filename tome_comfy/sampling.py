@@ -57,7 +57,7 @@ from tome_core import TomeConfig, TomeStats
 from tome_core.compat import eager, uncompiled
 from tome_core.families import LAYOUTS, Layout, figures_family
 from tome_core.patch import set_whole_block_guard
-from tome_core.words import FAMILY_LABELS, speed_words
+from tome_core.words import FAMILY_LABELS, not_reached_words, speed_words
 
 log = logging.getLogger("tome")
 
@@ -785,13 +785,13 @@ def explain_dit(stats: TomeStats) -> str | None:
             reasons.append("the model's inputs did not show where the generated tokens sit")
     if s.reached < s.planned:
         # The core's reasons where it knows them (`TomeStats.not_reached`), else the override's usual one.
-        known = s.not_reached
-        reasons.extend(reason + (f" ({n})" if len(known) > 1 else "") for reason, n in known)
-        if sum(n for _, n in known) < s.planned - s.reached:
-            reasons.append(
+        reasons.extend(
+            not_reached_words(
+                s,
                 "ToMe's attention override was not called: another node replaced the model's forward or dropped"
-                " transformer_options (TeaCache, MagCache...)"
+                " transformer_options (TeaCache, MagCache...)",
             )
+        )
     if s.applied < s.reached:
         reasons.append(
             "the attention sequence did not hold the tokens ToMe expected (text, image and reference tokens)"

@@ -261,6 +261,16 @@ def _per(preset: Preset, family: str) -> str:
     return "over a generation" if windowed else "per step"
 
 
+def not_reached_words(stats: Any, generic: str) -> list[str]:
+    """Why planned blocks were not reached, for a host's note or log: the core's reasons (`TomeStats.not_reached`,
+    each with its block count when there are several), and the host's `generic` one for the blocks they leave."""
+    known = list(stats.not_reached)
+    reasons = [reason + (f" ({n})" if len(known) > 1 else "") for reason, n in known]
+    if sum(n for _, n in known) < stats.planned - stats.reached:
+        reasons.append(generic)
+    return reasons
+
+
 def _slower(found: figures.Speed) -> bool:
     """Whether the figure, as printed, is under 1×: on few tokens (a diffusion transformer at 512×512) the kernels a
     preset adds can cost more than the attention it saves."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tome_core import TomeStats
 from tome_core.dit import NOT_PLAIN
+from tome_core.words import not_reached_words
 
 PASS_LABELS: Mapping[str, str] = {"first": "first pass", "hires": "hires pass", "img2img": "img2img"}
 #: The one way torch.compile keeps ToMe's hooks out. A patch changes the patched modules' `forward`, which the guards
@@ -91,7 +92,7 @@ def explain(report: PassReport) -> str | None:
         else:
             reasons.append("no token grid at this size")
     if s.reached < s.planned:
-        reasons.extend(_not_reached(s, OTHER_KERNEL if dit else "attention replaced by another extension"))
+        reasons.extend(not_reached_words(s, OTHER_KERNEL if dit else "attention replaced by another extension"))
     if s.applied < s.reached:
         reasons.append(
             "their token count did not fit the latent size"
@@ -99,16 +100,6 @@ def explain(report: PassReport) -> str | None:
             else "tokens changed by another extension before ToMe"
         )
     return f"{verb} {s.applied} of {s.selected} blocks ({'; '.join(reasons)})"
-
-
-def _not_reached(s: TomeStats, generic: str) -> list[str]:
-    """Why planned blocks were not reached: the core's reasons (`TomeStats.not_reached`, with their block counts
-    when there are several), and `generic` for the blocks they do not cover."""
-    known = list(s.not_reached)
-    reasons = [reason + (f" ({n})" if len(known) > 1 else "") for reason, n in known]
-    if sum(n for _, n in known) < s.planned - s.reached:
-        reasons.append(generic)
-    return reasons
 
 
 def _own_key_short(s: TomeStats) -> str | None:
