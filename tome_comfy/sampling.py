@@ -308,17 +308,21 @@ def sampled_size(
 SIGMA_MAX_TOLERANCE = 1e-4
 
 
+def model_sampling(patcher: Any) -> Any:
+    """ComfyUI's `model_sampling` object of the model (its schedule), None where the model has none."""
+    getter = getattr(patcher, "get_model_object", None)
+    try:
+        return getter("model_sampling") if callable(getter) else None
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:  # another host's model: no schedule read
+        log.debug("ToMe: no model_sampling: %s", exc)
+        return None
+
+
 def sigma_max(patcher: Any) -> float | None:
     """The sigma a full schedule of this model starts at (ComfyUI's `model_sampling.sigma_max`), None where the
     model has no such object."""
-    getter = getattr(patcher, "get_model_object", None)
-    try:
-        sampling = getter("model_sampling") if callable(getter) else None
-        value = getattr(sampling, "sigma_max", None)
-        return float(value) if value is not None else None
-    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:  # another host's model: no part named
-        log.debug("ToMe: no sigma_max for the log: %s", exc)
-        return None
+    value = getattr(model_sampling(patcher), "sigma_max", None)
+    return float(value) if value is not None else None
 
 
 def _sigma_text(sigma: float) -> str:
@@ -362,12 +366,7 @@ def schedule_places(patcher: Any, sigmas: torch.Tensor) -> list[float] | None:
     """Each sigma's place in the model's whole schedule, 0 at its start to 1 at its end: the percent that ComfyUI's
     `model_sampling.percent_to_sigma` maps to it (the convention of ComfyUI's own start/end percents), found by
     bisection on host floats; None where the model has no such mapping."""
-    getter = getattr(patcher, "get_model_object", None)
-    try:
-        to_sigma = getattr(getter("model_sampling"), "percent_to_sigma", None) if callable(getter) else None
-    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:  # another host's model: steps as counted
-        log.debug("ToMe: no percent_to_sigma for the step window: %s", exc)
-        return None
+    to_sigma = getattr(model_sampling(patcher), "percent_to_sigma", None)
     if to_sigma is None:
         return None
     places = []
