@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from comfy_stub.dit import Flux
 from comfy_stub.model_management import InterruptProcessingException
-from comfy_stub.patcher import DIFFUSION_MODEL, OUTER_SAMPLE, ModelPatcher, copy_nested_dicts
+from comfy_stub.patcher import APPLY_MODEL, DIFFUSION_MODEL, OUTER_SAMPLE, ModelPatcher, copy_nested_dicts
 from comfy_stub.sampling import load_checkpoint, sample
 from comfy_stub.torch_compile import set_torch_compile_wrapper
 
@@ -730,6 +730,78 @@ def test_with_easycache_in_either_order_the_image_is_the_same(family: str, caplo
     lines = tome_lines(caplog)
     assert len(lines) == 2 and lines[0] == lines[1] and lines[0][0] == "INFO"
     assert untouched(dm(model))
+
+
+def step_cache_from(model: ModelPatcher, first: int, every: int = 1, where: str = DIFFUSION_MODEL) -> ModelPatcher:
+    """A step cache as EasyCache and LazyCache run late in a generation: from step `first` on, of each `every` steps
+    it runs the model in the first and reuses the last model call's change (added to its input) in the others
+    (every=1: in all). `where` it wraps: around the diffusion model's inner forward (EasyCache: the model's forward
+    and its hooks still run, its blocks do not) or around the whole model call (APPLY_MODEL, where LazyCache's
+    PREDICT_NOISE wrapper sits: the model is not called). Steps are told apart by their sigma."""
+    clone = model.clone()
+    state: dict[str, Any] = {"sigmas": [], "diff": None}
+
+    def forward(executor: Any, *args: Any, **kwargs: Any) -> Any:
+        x = args[0]
+        sigma = float((args[1] if where == APPLY_MODEL else args[-1]["sigmas"]).flatten()[0])
+        if sigma not in state["sigmas"]:
+            state["sigmas"].append(sigma)
+        step = state["sigmas"].index(sigma)
+        if step >= first and (every == 1 or (step - first) % every):
+            return x + state["diff"]
+        out = executor(*args, **kwargs)
+        state["diff"] = out - x
+        return out
+
+    clone.add_wrapper_with_key(where, "step_cache", forward)
+    return clone
+
+
+@pytest.mark.parametrize("where", [DIFFUSION_MODEL, APPLY_MODEL])
+def test_a_step_cache_that_reuses_every_windowed_step_is_named_not_the_window(where: str, caplog: Any) -> None:
+    """A step cache (EasyCache, LazyCache) that reuses the model's output in every step of the preset's step window
+    leaves ToMe nothing to reduce: the log names the cache and the window's steps, as a warning. It said "the step
+    window excluded every step" at INFO (LazyCache) or "the model's inputs did not show where the generated tokens
+    sit" (EasyCache), where the first are the words for settings whose window holds none of the sampling's steps."""
+    preset, steps = "Balanced", 8
+    window = [i for i in range(steps) if fields(preset, "flux").get("step_start", 0) <= i / steps]
+    assert 0 < len(window) < steps
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(step_cache_from(tome(load_checkpoint("flux"), preset), first=window[0], where=where), steps=steps)
+    ((level, line),) = tome_lines(caplog)
+    assert "the step window excluded every step" not in line, line
+    assert level == "WARNING" and f"in all {len(window)} steps of the step window" in line and "step cache" in line
+
+
+def test_an_interrupt_before_the_step_window_says_so_not_that_the_window_excluded_every_step(caplog: Any) -> None:
+    """Interrupted before the window's first step, the line says the sampling stopped before it (at INFO, as every
+    interrupt); the window holds steps of the sampling, so it excluded none."""
+    preset, steps = "Balanced", 8
+    first = min(i for i in range(steps) if fields(preset, "flux").get("step_start", 0) <= i / steps)
+
+    def interrupt(step: int, *rest: Any) -> None:
+        if step == first - 2:
+            raise InterruptProcessingException()
+
+    caplog.set_level(logging.INFO, logger="tome")
+    with pytest.raises(InterruptProcessingException):
+        sample(tome(load_checkpoint("flux"), preset), steps=steps, callback=interrupt)
+    ((level, line),) = tome_lines(caplog)
+    assert level == "INFO" and "sampling interrupted after" in line, line
+    assert "the sampling stopped before the blocks ran in a step of the step window" in line, line
+
+
+def test_a_step_cache_that_reuses_some_windowed_steps_says_in_how_many_the_model_ran(caplog: Any) -> None:
+    """Where the cache reuses some of the window's steps, the line says in how many of them the model ran (and so
+    ToMe reduced), not only its block counts."""
+    preset, steps = "Balanced", 8
+    window = [i for i in range(steps) if fields(preset, "flux").get("step_start", 0) <= i / steps]
+    caplog.set_level(logging.INFO, logger="tome")
+    sample(step_cache_from(tome(load_checkpoint("flux"), preset), first=window[0], every=2), steps=steps)
+    ((level, line),) = tome_lines(caplog)
+    ran = len(window) // 2
+    assert level == "INFO" and f"in {ran} of the step window's {len(window)} steps" in line, line
+    assert "a step cache reused the model's output in the others" in line, line
 
 
 class GraphCounter:

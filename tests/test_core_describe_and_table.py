@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,6 +168,11 @@ USERS_SIZES = {
     "lumina2": [(512, 512, 1), (1024, 1024, 1)],
     "sd3": [(512, 512, 1), (1024, 1024, 1)],
     "wan": [(320, 320, 9), (480, 480, 17), (832, 480, 33), (832, 480, 49), (1280, 720, 33), (1280, 704, 121)],
+    # Wan 2.2 TI2V 5B: its own rows (a quarter of the 14B's tokens at one size), 480p and 1280x704 at 33-121 frames.
+    "wan22-5b": [(832, 480, 33), (832, 480, 49), (1280, 704, 49), (1280, 704, 81), (1280, 704, 121)],
+    "hunyuanvideo": [(848, 480, 61), (960, 544, 61), (960, 544, 129), (1280, 720, 121), (1280, 720, 129)],
+    "ltx": [(768, 512, 65), (768, 512, 97), (768, 512, 121), (1280, 720, 121)],
+    "ltx2": [(768, 512, 65), (768, 512, 121), (1280, 720, 121), (1920, 1088, 121)],
 }
 
 
@@ -181,3 +187,33 @@ def test_the_sizes_people_generate_at_get_a_figure_not_a_bound(family: str) -> N
             assert found is not None and found.exact, (family, size, preset.name, found)
             words = tome_core.words.speed_words(preset, family, size)
             assert words.startswith("about ") and "at most" not in words and "at least" not in words, words
+
+
+#: The README's diffusion-transformer speed rows: the row's start -> per " · "-separated model, (family, sizes); each
+#: cell holds one figure per model and size ("1.07 / 1.15×", "1.05 · 1.04 · 1.03×").
+README_DIT_ROWS = {
+    "| Flux.1-dev, 1024² / 2048²": [("flux", [(1024, 1024, 1), (2048, 2048, 1)])],
+    "| Wan 2.1 14B, 81 frames": [("wan", [(832, 480, 81), (1280, 720, 81)])],
+    "| Qwen-Image 1328²": [("qwen", [(1328, 1328, 1)]), ("sd3", [(1024, 1024, 1)]), ("flux2", [(1024, 1024, 1)])],
+    "| Z-Image-Turbo": [("zimage", [(1024, 1024, 1)]), ("lumina2", [(1024, 1024, 1)])],
+    "| Wan 2.2 TI2V 5B": [("wan22-5b", [(1280, 704, 49), (1280, 704, 121)])],
+    "| HunyuanVideo 13B": [("hunyuanvideo", [(1280, 720, 129)])],
+    "| LTX-Video 2B": [("ltx", [(1280, 720, 121)]), ("ltx2", [(1280, 720, 121)])],
+}
+
+
+def test_the_readme_s_diffusion_transformer_rows_are_the_speed_table_s() -> None:
+    """Issue 58: each figure of the README's diffusion-transformer speed table is the speed table's at its size."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for start, models in README_DIT_ROWS.items():
+        (line,) = [ln for ln in readme.splitlines() if ln.startswith(start)]
+        cells = line.split("|")[2:6]
+        for preset, cell in zip(presets(), cells):
+            shown = [float(x) for x in re.findall(r"\d+\.\d+", cell)]
+            want = [
+                round(tome_core.figures.speed(family, preset.name, *size).speedup, 2)
+                for family, sizes in models
+                for size in sizes
+            ]
+            # " · " separates models, " / " sizes: a cell lists them in the order the row's label does.
+            assert shown == want, (start, preset.name, shown, want)

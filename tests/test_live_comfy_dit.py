@@ -405,6 +405,35 @@ def test_with_easycache_or_lazycache_in_either_order_the_latent_is_the_same(fami
         assert text.count(f"{head()} (custom settings): keys/values subsampled") == 2
 
 
+@pytest.mark.parametrize("cache", ["EasyCache", "LazyCache"])
+def test_a_step_cache_reusing_windowed_steps_is_named_in_the_log(cache: str) -> None:
+    """Fast on the random Wan, 6 steps, with the cache after ToMe: the caches reuse steps of Fast's window (the later
+    half) at this threshold. The log line never blames the step window for it ("the step window excluded every
+    step", its words for a window that holds none of the sampling's steps): where the cache reused all of the
+    window's steps it names the cache, as a warning, and the latent is the cache's own; where only some, it says in
+    how many of the window's steps ToMe ran."""
+    need(MODELS["wan"][0])
+    if not LOG:
+        pytest.skip("TOME_COMFY_LOG is not set: the check reads ComfyUI's log")
+    mark = log_mark()
+    graph = graph_for("wan", steps=6)
+    save(graph, "cache", sampler(graph, "k0", easycache(graph, "e0", ["unet", 0], cache)))
+    save(graph, "both", sampler(graph, "k1", easycache(graph, "e1", tome(graph, "t1", "Fast"), cache)))
+    out = run(graph)
+    text = log_after(mark)
+    skipped = [int(n) for n in re.findall(rf"{cache} - skipped (\d+)/6 steps", text)]
+    (line,) = [ln for ln in text.splitlines() if f"{head()} (Fast for wan" in ln]
+    window = len(window_steps(preset_config("Fast", "wan"), 6))
+    assert skipped and max(skipped) > 0, text  # the cache reused steps
+    assert "the step window excluded every step" not in line, line
+    if out["both"] == out["cache"]:
+        assert f"reused the model's output in all {window} steps of the step window" in line, line
+    else:
+        assert re.search(rf"in \d of the step window's {window} steps \(a step cache", line) or (
+            "a step cache" not in line
+        ), line
+
+
 @pytest.mark.skipif(not os.environ.get("TOME_COMFY_COMPILE"), reason="TOME_COMFY_COMPILE is not set")
 @pytest.mark.parametrize("order", ["ToMe, then TorchCompileModel", "TorchCompileModel, then ToMe"])
 def test_under_torch_compile_model_in_either_order(family: str, order: str) -> None:

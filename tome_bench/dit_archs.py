@@ -62,12 +62,15 @@ _VIDEO = (
     (1280, 720, 81),
 )
 
-#: HunyuanVideo: 960x544 and 1280x720 at 129 frames (the model card's), 720p at 61; HunyuanVideo 1.5: 480p and 720p
-#: at 121 frames. LTX: 768x512 to 1280x720 at 121 frames (LTX-2: 1920x1088 too).
-HUNYUAN_SIZES = ((960, 544, 129), (1280, 720, 61), (1280, 720, 129))
+#: HunyuanVideo: 960x544 and 1280x720 at 129 frames (the model card's), 720p at 61, and 480p at 61 (the short drafts
+#: people make on smaller cards); HunyuanVideo 1.5: 480p and 720p at 121 frames. LTX: 768x512 to 1280x720 at 121
+#: frames (LTX-2: 1920x1088 too), and 768x512 at 65 frames.
+HUNYUAN_SIZES = ((848, 480, 61), (960, 544, 129), (1280, 720, 61), (1280, 720, 129))
 HUNYUAN15_SIZES = ((848, 480, 121), (1280, 720, 121))
-LTX_SIZES = ((768, 512, 121), (1216, 704, 121), (1280, 720, 121))
-LTX2_SIZES = ((768, 512, 121), (1280, 720, 121), (1920, 1088, 121))
+LTX_SIZES = ((768, 512, 65), (768, 512, 121), (1216, 704, 121), (1280, 720, 121))
+LTX2_SIZES = ((768, 512, 65), (768, 512, 121), (1280, 720, 121), (1920, 1088, 121))
+#: Wan 2.2 TI2V 5B: 480p at 33, 49 and 81 frames and its own 1280x704 at 49, 81 and 121 (its model card's size).
+WAN22_5B_SIZES = ((832, 480, 33), (832, 480, 49), (832, 480, 81), (1280, 704, 49), (1280, 704, 81), (1280, 704, 121))
 #: The full-size public configs (each checkpoint's transformer/config.json).
 DIT_ARCHS: dict[str, DitArch] = {
     arch.name: arch
@@ -297,7 +300,7 @@ DIT_ARCHS: dict[str, DitArch] = {
             },
             dit_inputs.wan22,
             1,
-            ((832, 480, 81), (1280, 704, 121)),
+            WAN22_5B_SIZES,
         ),
         DitArch(
             "hunyuanvideo",

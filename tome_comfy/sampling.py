@@ -486,6 +486,11 @@ class _Run:
         self.size = size
         self.compiled: str | None = None  # `compiled_with`: the model runs under ComfyUI's torch.compile wrapper
         self.part = ""  # `schedule_part`: the part of a split schedule this sampling ran, in the log's words
+        # With a step window: how many of this sampling's steps it holds, and in how many of them the blocks ran (a
+        # step cache such as EasyCache reuses the model's output in some steps and skips its blocks there).
+        self.window_steps: int | None = None  # None: no step window
+        self.window_ran = 0
+        self.finished = False
 
     # ------------------------------------------------------------------ during sampling
 
@@ -512,8 +517,17 @@ class _Run:
             return round(places[min(step, total)] * PLACES), PLACES
 
         tome_core.set_step(unet, *place(0))
+        inside = [config.active_at(place(step)[0] / place(step)[1]) for step in range(total)]
+        self.window_steps, self.window_ran = sum(inside), 0
+        seen = 0
 
         def callback(step: int, *rest: Any, **kw: Any) -> Any:
+            nonlocal seen
+            stats = tome_core.stats(unet)
+            runs = (stats.window_runs or 0) if stats is not None else 0
+            if runs > seen and 0 <= int(step) < total and inside[int(step)]:
+                self.window_ran += 1
+            seen = runs
             tome_core.set_step(unet, *place(int(step) + 1))  # called after step `step`: the next one runs
             return original(step, *rest, **kw) if original is not None else None
 
@@ -529,6 +543,7 @@ class _Run:
         if stats is None:
             return
         head = f"{LOG_HEAD} ({self.request.label(self.family)}){self.part}"
+        self.finished = stopped is None
         if stopped is not None:
             interrupted = "Interrupt" in type(stopped).__name__  # ComfyUI's InterruptProcessingException
             what = "sampling interrupted" if interrupted else f"sampling failed ({type(stopped).__name__})"
@@ -697,6 +712,16 @@ class _DitRun(_Run):
         self.options = options
         options[ATTENTION_OVERRIDE] = self.override
 
+    def window_words(self) -> str:
+        """ ", in 2 of the step window's 4 steps (...)" where a step cache reused the model's output in some of the
+        steps the window holds, so ToMe reduced only the others; else ""."""
+        if not self.finished or not 0 < self.window_ran < (self.window_steps or 0):
+            return ""
+        return (
+            f", in {self.window_ran} of the step window's {self.window_steps} steps (a step cache reused the model's"
+            " output in the others)"
+        )
+
     def uninstall(self) -> None:
         options, override = self.options, self.override
         self.options = None
@@ -709,22 +734,26 @@ class _DitRun(_Run):
 
     def log_line(self, stats: TomeStats, level: int, head: str) -> None:
         compiled = f" {self.compiled}" if self.compiled else ""
-        problem = explain_dit(stats)
+        problem = explain_dit(stats, self.window_steps, stopped=not self.finished)
         if problem is None:
             log.log(
                 level,
-                "%s %s of %d blocks, text and reference tokens whole%s%s%s",
+                "%s %s of %d blocks%s, text and reference tokens whole%s%s%s",
                 head,
                 dit_kinds(stats),
                 stats.total,
+                self.window_words(),
                 compiled,
                 dit_attention(stats),
                 self.speed(),
             )
         else:
             # A window that holds none of this sampling's steps is the settings working (Wan 2.2's high-noise
-            # expert under a window of the later steps), not a failure: said at the sampling's level.
-            windowed_out = stats.unet_calls > 0 and stats.active_calls == 0
+            # expert under a window of the later steps), and a sampling stopped before it an interrupt: not a
+            # failure, said at the sampling's level. A step cache that reused every windowed step is a warning.
+            windowed_out = (
+                stats.unet_calls > 0 and stats.active_calls == 0 and not (self.window_steps and self.finished)
+            )
             compiled = f" ({self.compiled})" if self.compiled else ""
             log.log(level if windowed_out else logging.WARNING, "%s %s%s", head, problem, compiled)
 
@@ -767,8 +796,25 @@ def dit_attention(stats: TomeStats) -> str:
     return words
 
 
-def explain_dit(stats: TomeStats) -> str | None:
-    """Why a diffusion transformer's keys/values were subsampled in fewer blocks than selected; None when in all."""
+def window_reason(window_steps: int | None, stopped: bool) -> str:
+    """Why the blocks never ran in the step window's steps: the window held none of the sampling's steps (the
+    settings working: Wan 2.2's high-noise expert under a window of the later steps), the sampling stopped before
+    them, or a step cache reused the model's output in all of them (EasyCache skips the model's blocks there,
+    LazyCache the whole call)."""
+    if not window_steps:
+        return "the step window excluded every step"
+    if stopped:
+        return "the sampling stopped before the blocks ran in a step of the step window"
+    return (
+        f"a step cache (EasyCache, LazyCache...) reused the model's output in all {window_steps} steps of the step"
+        " window, so the blocks ToMe reduces never ran there"
+    )
+
+
+def explain_dit(stats: TomeStats, window_steps: int | None = None, stopped: bool = False) -> str | None:
+    """Why a diffusion transformer's keys/values were subsampled in fewer blocks than selected; None when in all.
+    `window_steps`: how many of the sampling's steps its step window holds (None: not known); `stopped`: the
+    sampling ended early (an interrupt, an error)."""
     s = stats
     if s.selected == 0:
         return f"reduces none of the {s.total} blocks: the block window holds none (raise block_end)"
@@ -778,8 +824,8 @@ def explain_dit(stats: TomeStats) -> str | None:
     elif s.planned < s.selected:
         if s.block_calls == 0:
             reasons.append("the blocks ran without ToMe's hooks (another node replaced them)")
-        elif s.active_calls == 0:
-            reasons.append("the step window excluded every step")
+        elif s.active_calls == 0 or s.window_runs == 0:
+            reasons.append(window_reason(window_steps, stopped))
         else:
             reasons.append("the model's inputs did not show where the generated tokens sit")
     if s.reached < s.planned:

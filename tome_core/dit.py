@@ -71,6 +71,11 @@ class DitState:
     step: tuple[int, int] | None = None
     unet_calls: int = 0  # model calls, as `TomeStats` names them for every model
     active_calls: int = 0
+    window_runs: int = 0  # ... of which the blocks ran in (`TomeStats.window_runs`)
+    # Per call, for `window_runs`: set by the eager pre-hook, and by any hooked block that runs (a store, never read
+    # in a compiled graph; its post-hook reads it eagerly).
+    active: bool = False
+    blocks_ran: bool = False
     # Per call: where the generated tokens sit (None outside a call and outside the step window), and what reads
     # them back from position ids, once per ids tensor.
     tokens: Tokens | None = None
@@ -157,7 +162,9 @@ def _pre_hook(state: DitState) -> Callable[..., None]:
         unmark(state)
         if isinstance(x, torch.Tensor):
             state.unmark = static_sizes(x)
-        if not _active(state, args, kwargs):
+        state.blocks_ran = False
+        state.active = _active(state, args, kwargs)
+        if not state.active:
             return
         state.active_calls += 1
         state.tokens = state.layout.tokens(module, args, kwargs, state.memo)
@@ -169,6 +176,10 @@ def _pre_hook(state: DitState) -> Callable[..., None]:
 
 def _post_hook(state: DitState) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # A step cache (EasyCache, LazyCache) calls the model's forward and skips its blocks in the steps it reuses.
+        if state.active and state.blocks_ran:
+            state.window_runs += 1
+        state.active = False
         state.tokens = None
         state.draw = None
         state.rows.clear()
@@ -251,7 +262,7 @@ class AttentionHook(Hook):
         state = None if self.passthrough else self.state()
         if state is None:
             return self.call(*args, **kwargs)
-        self.called = True
+        self.called = state.blocks_ran = True
         if state.tokens is None:
             return self.call(*args, **kwargs)
         self.planned = True
@@ -644,7 +655,7 @@ class MergeHook(Hook):
         state = None if self.passthrough else getattr(self.model, self.attr, None)
         if not isinstance(state, DitState):
             return self.call(*args, **kwargs)
-        self.called = True
+        self.called = state.blocks_ran = True
         tokens = state.tokens
         if tokens is None or not tokens.mergeable or tokens.grid[0] != 1:
             return self.call(*args, **kwargs)

@@ -160,7 +160,9 @@ class TomeStats:
     `kernels` what ran the reduced attention ("PyTorch attention", "SageAttention", another node's override) in how
     many blocks, `own_key_off` why the others' queries did not keep their own key, and `not_reached` why planned
     blocks were not reached, where the core knows (a diffusers attention backend whose kernel it cannot run).
-    `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not;
+    `unet_calls` and `active_calls` (inside the step window) count UNet calls, compiled or not; on a diffusion
+    transformer `window_runs` those of the active calls in which its selected blocks ran (a step cache such as
+    EasyCache calls the model's forward and skips its blocks in the steps whose output it reuses);
     `block_calls` the selected blocks that ran at least once and `grid_misses` those whose token count did not fit
     their level's grid at the latent's size. Compiled or eager, a block counts only when the code that ran merged
     in it.
@@ -182,6 +184,7 @@ class TomeStats:
     kernels: tuple[tuple[str, int], ...] = ()  # DiT: (what ran the reduced attention, blocks)
     own_key_off: tuple[tuple[str, int], ...] = ()  # DiT: (why queries did not keep their own key, blocks)
     not_reached: tuple[tuple[str, int], ...] = ()  # DiT: (why planned blocks were not reached, blocks)
+    window_runs: int | None = None  # DiT: active calls in which the selected blocks ran (None: not counted)
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -492,6 +495,7 @@ def _dit_stats(state: DitState) -> TomeStats:
         kernels=tuple(sorted(kernels.items())),
         own_key_off=tuple(sorted(off.items())),
         not_reached=tuple(sorted(unreached.items())),
+        window_runs=state.window_runs,
     )
 
 
@@ -518,6 +522,8 @@ def reset_stats(model: Any) -> None:
         if state is None:
             continue
         state.unet_calls = state.active_calls = 0
+        if isinstance(state, DitState):
+            state.window_runs = 0
         for block in state.hooks if isinstance(state, DitState) else state.blocks:
             block.reset()
 
