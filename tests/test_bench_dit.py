@@ -27,13 +27,18 @@ ROOT = Path(__file__).resolve().parents[1]
 _BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
 #: The families the panel gained after Flux.1 and Wan.
 NEW = ("chroma", "flux2", "qwen", "zimage", "lumina2", "sd3")
+#: The video families it gained with issue 58: HunyuanVideo (its text joint in the sequence, after the video),
+#: LTX-Video (its text cross-attended, one latent cell a token) and LTX-2 (LTX-Video's layout and an audio stream).
+VIDEO = ("hunyuanvideo", "ltx", "ltx2")
 
 
 def tiny(name: str) -> dit_standin.Family:
-    """A stand-in family at a test's size: the same surgery on one block of each kind and a 12 x 12 grid."""
+    """A stand-in family at a test's size: the same surgery on one block of each kind and a 12 x 12 grid (of each
+    frame of a video)."""
     family = dit_standin.FAMILIES[name]
     blocks = {key: 1 for key in _BLOCKS if key in family.config}
-    return replace(family, config={**family.config, **blocks}, latent=(*family.latent[:-2], 24, 24))
+    side = 12 * family.patch
+    return replace(family, config={**family.config, **blocks}, latent=(*family.latent[:-2], side, side))
 
 
 TINY_FLUX = tiny("flux")
@@ -72,7 +77,7 @@ def test_the_stand_in_attends_by_content_where_random_weights_attend_uniformly()
     assert sharper < stand_in < random - 0.1
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", NEW + VIDEO)
 def test_every_attention_of_the_stand_in_compares_tokens_with_one_projection(name: str) -> None:
     """Each family's surgery finds the query/key projections of every attention module (separate, fused with the
     MLP as in Flux.2's single blocks, or one key head to three query heads as in Lumina 2): in each self-attention
@@ -80,11 +85,15 @@ def test_every_attention_of_the_stand_in_compares_tokens_with_one_projection(nam
     family = tiny(name)
     model = dit_standin.build(family, None)
     assert tome_core.model_family(model) == name
-    attentions = sum(hasattr(module, "processor") for module in model.modules())
-    assert dit_standin.surgery(model, family, 0.85) == attentions
+    named = [(n, m) for n, m in model.named_modules() if hasattr(m, "processor")]
+    # LTX-2's attention between its video and audio streams reads queries and keys of two widths: left as built.
+    between = sum(n.endswith(("audio_to_video_attn", "video_to_audio_attn")) for n, _ in named)
+    # Cross-attention (LTX-Video's attn2: text keys, fewer than its queries) is tied too but is no self-attention call.
+    crossed = sum(n.endswith("attn2") for n, _ in named)
+    assert dit_standin.surgery(model, family, 0.85) == len(named) - between
     with Entropy() as seen:
         dit_standin.one_call(model, family, 0)
-    assert len(seen.tied) == attentions and all(seen.tied)
+    assert len(seen.tied) == len(named) - between - crossed and all(seen.tied)
     assert entropy(0.85, family) < entropy(None, family) - 0.1
 
 
@@ -101,7 +110,7 @@ def test_every_stand_in_s_blocks_change_the_stream_as_much(name: str) -> None:
     assert not any(block._forward_hooks for block in dit_standin.blocks(random))
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", NEW + VIDEO)
 def test_a_stand_in_generates_and_every_preset_comes_off_exactly(name: str) -> None:
     """One call and a generation as the family's pipeline runs them; each preset applies, generates, and once
     removed leaves the model's output bit for bit as it was; the naive port changes it."""
@@ -121,8 +130,50 @@ def test_a_stand_in_generates_and_every_preset_comes_off_exactly(name: str) -> N
     assert torch.equal(dit_standin.one_call(model, family, 0), base)
 
 
+@pytest.mark.parametrize("name", VIDEO)
+def test_a_video_stand_in_is_fed_as_its_diffusers_pipeline_feeds_it(name: str) -> None:
+    """The timestep the pipeline passes (its flow-matching scheduler's, sigma * 1000), HunyuanVideo's embedded
+    guidance (the pipeline's default guidance scale, times 1000), LTX-Video's latent packed into tokens and back by
+    the pipeline's own methods at its rotary scale (8 frames and 32 px per latent cell, over the default frame rate);
+    the velocity is the model's output as it is (both pipelines step their scheduler with it, not negated)."""
+    import inspect
+
+    from diffusers import HunyuanVideoPipeline, LTX2Pipeline, LTXPipeline
+
+    family = tiny(name)
+    model = dit_standin.build(family, None)
+    seen: dict[str, Any] = {}
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    noise, natural, text = dit_standin.sample_inputs(family, 0)
+    latent = 0.7 * noise + 0.3 * natural
+    with torch.no_grad():
+        out = dit_standin.call(model, family, latent, 0.3, text)
+        handle.remove()
+        raw = model(**seen)[0]
+    assert seen["timestep"].tolist() == pytest.approx([300.0])
+    if name == "hunyuanvideo":
+        scale = inspect.signature(HunyuanVideoPipeline.__call__).parameters["guidance_scale"].default
+        assert seen["guidance"].tolist() == [scale * 1000]
+        assert torch.equal(seen["hidden_states"], latent) and torch.equal(out, raw)
+    else:
+        pipeline = LTXPipeline if name == "ltx" else LTX2Pipeline
+        rate = inspect.signature(pipeline.__call__).parameters["frame_rate"].default
+        if name == "ltx":
+            assert tuple(seen["rope_interpolation_scale"]) == pytest.approx((8 / rate, 32, 32))
+        else:  # LTX-2: the frame rate, `sigma` as the timestep, audio as long as the video's 33 frames (25 a second)
+            assert seen["fps"] == rate and seen["sigma"].tolist() == pytest.approx([300.0])
+            assert seen["audio_hidden_states"].shape[1] == seen["audio_num_frames"] == round(33 / rate * 25)
+        assert torch.equal(seen["hidden_states"], pipeline._pack_latents(latent, 1, 1))
+        f, h, w = family.grid
+        assert (seen["num_frames"], seen["height"], seen["width"]) == (f, h, w)
+        assert torch.equal(out, pipeline._unpack_latents(raw, f, h, w, 1, 1))
+
+
 @pytest.mark.parametrize("name", list(dit_standin.FAMILIES))
 def test_every_family_has_a_step_saving_reference_per_preset_at_the_size_users_run(name: str) -> None:
+    # A video family's step saving is its presets' speed-up on a video (HunyuanVideo's Balanced: 1.27x at most at
+    # 1024², 1.47x at 1280 x 720 x 129).
+    assert (dit_fidelity.SIZES[name][2] > 1) == (len(dit_standin.FAMILIES[name].latent) == 4)
     names = [v.name for v in dit_fidelity.variants(name, dit_fidelity.SIZES[name])]
     assert sum(n.startswith("fewer steps") for n in names) == len(tome_core.presets())
 

@@ -1,11 +1,11 @@
 """The fidelity panel of the DiT presets beside their references, on the stand-ins (tome_bench.dit_standin).
 
 The panel (`python -m tome_bench dit-fidelity`): per family (Flux.1, Chroma, Flux.2, Qwen-Image, Z-Image, Lumina 2,
-SD3.5, Wan; each fed as its diffusers pipeline feeds it) and variant (random, stand-in, sharper, softer), how much
-each preset changes the output beside the references a DiT user can reproduce: the naive port (keys/values
-subsampled 2x2 in every block) and a step saving users accept (the same generation with fewer steps, as many fewer
-as save no more time than the preset: `ceil(steps / speed-up)`), one call and whole generations (flow-matching Euler
-from white noise), side by side in one process.
+SD3.5, Wan, HunyuanVideo, LTX-Video, LTX-2; each fed as its diffusers pipeline feeds it) and variant (random, stand-in,
+sharper, softer), how much each preset changes the output beside the references a DiT user can reproduce: the naive
+port (keys/values subsampled 2x2 in every block) and a step saving users accept (the same generation with fewer steps,
+as many fewer as save no more time than the preset: `ceil(steps / speed-up)`), one call and whole generations
+(flow-matching Euler from white noise), side by side in one process.
 """
 
 from __future__ import annotations
@@ -66,8 +66,14 @@ def variants(family: str, size: tuple[int, int, int], speeds: dict[str, float] |
 
 
 #: The size whose speed-up a preset's step-saving reference saves, per family: what users run (Qwen-Image's native
-#: 1328 px square).
-SIZES = {name: (1024, 1024, 1) for name in FAMILIES} | {"qwen": (1328, 1328, 1), "wan": (832, 480, 81)}
+#: 1328 px square; HunyuanVideo's, LTX-Video's and LTX-2's: the sizes their presets were chosen at).
+SIZES = {name: (1024, 1024, 1) for name in FAMILIES} | {
+    "qwen": (1328, 1328, 1),
+    "wan": (832, 480, 81),
+    "hunyuanvideo": (1280, 720, 129),
+    "ltx": (768, 512, 121),
+    "ltx2": (1280, 720, 121),
+}
 
 
 def panel(

@@ -12,7 +12,8 @@ by `BLOCK_UPDATE` (`strengthen`): as built, how much a block adds depends on how
 happens to be initialised (Flux.1's blocks add 2-3% to the stream, Chroma's, the same blocks behind another
 modulation network, 15-25%), and a model whose blocks add almost nothing passes its input through, so any change
 inside attention looked nearly free. Lumina 2's stand-in reads its time as Z-Image's model does (`Family.time_scale`): as
-built, its output hardly depended on the time. Nothing here is fitted to a trained DiT (none can be downloaded here):
+built, its output hardly depended on the time. The video families (Wan, HunyuanVideo, LTX-Video, LTX-2) run a latent
+of five frames; LTX-2's audio stream runs beside its video on a fixed path and is never reduced (`ltx2_audio`). Nothing here is fitted to a trained DiT (none can be downloaded here):
 docs/fidelity.md says what is unknown.
 
 The fidelity panel that runs them beside the references: tome_bench.dit_fidelity.
@@ -67,6 +68,22 @@ class Family:
     head_dim: int
     feed: Feed
     time_scale: tuple[str, float] | None = None
+    patch: int = 2  # latent cells per token along rows and columns (LTX-Video's 32x VAE: 1)
+    #: Where the text is in the model's self-attention: "first" / "last" in the joint sequence, or "cross" (the
+    #: self-attention holds the image or video alone; the text is cross-attended).
+    text_at: str = "first"
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """(frames, rows, columns) of the tokens the self-attention holds (frames 1 for an image)."""
+        frames = self.latent[1] if len(self.latent) == 4 else 1
+        return frames, self.latent[-2] // self.patch, self.latent[-1] // self.patch
+
+    def joint_layout(self) -> tuple[int, tuple[int, int, int], int]:
+        """(tokens ahead of the grid, the grid, text tokens beside it) in one self-attention call's sequence
+        (`tome_bench.attention_profile.Layout`'s fields)."""
+        text = 0 if self.text_at == "cross" else self.text
+        return (text if self.text_at == "first" else 0), self.grid, text
 
 
 def pack(latent: torch.Tensor) -> torch.Tensor:
@@ -166,6 +183,93 @@ def _wan(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, t
     return model(
         hidden_states=latent, timestep=_per_sample(latent, sigma * 1000), encoder_hidden_states=text, return_dict=False
     )[0]
+
+
+def _hunyuanvideo(
+    model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor
+) -> torch.Tensor:
+    """HunyuanVideo: the video latent as it is, the scheduler's timestep (sigma * 1000), the text's mask (the caption
+    fills its tokens), pooled CLIP states (zeros, as Flux.1's stand-in feeds them) and the pipeline's embedded guidance
+    (its default 6, times 1000); the pipeline steps with the output as it is."""
+    b = latent.shape[0]
+    return model(
+        hidden_states=latent,
+        timestep=_per_sample(latent, sigma * 1000),
+        encoder_hidden_states=text,
+        encoder_attention_mask=torch.ones(b, text.shape[1]),
+        pooled_projections=torch.zeros(b, family.config["pooled_projection_dim"]),
+        guidance=_per_sample(latent, 6.0 * 1000),
+        return_dict=False,
+    )[0]
+
+
+#: LTX-Video's VAE: latent frames and pixels per latent cell, and the pipelines' default frame rate.
+LTX_SCALE = (8, 32, 32)
+LTX_FRAME_RATE = 25
+
+
+def _ltx(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """LTX-Video (text-to-video): the latent packed into tokens [B, F*H*W, C] (patch 1), the latent's frames, rows
+    and columns with the pipeline's `rope_interpolation_scale` (8 / frame rate, 32, 32), the scheduler's timestep
+    (sigma * 1000), the text's mask; the pipeline steps with the output as it is."""
+    b, c, f, h, w = latent.shape
+    out = model(
+        hidden_states=latent.permute(0, 2, 3, 4, 1).reshape(b, f * h * w, c),
+        encoder_hidden_states=text,
+        timestep=_per_sample(latent, sigma * 1000),
+        encoder_attention_mask=torch.ones(b, text.shape[1]),
+        num_frames=f,
+        height=h,
+        width=w,
+        rope_interpolation_scale=(LTX_SCALE[0] / LTX_FRAME_RATE, LTX_SCALE[1], LTX_SCALE[2]),
+        return_dict=False,
+    )[0]
+    return out.view(b, f, h, w, c).permute(0, 4, 1, 2, 3)
+
+
+#: LTX-2's pipelines' default frame rate, and its audio latent frames per second (16 kHz, hop 160, 4x in time).
+LTX2_FRAME_RATE = 24.0
+LTX2_AUDIO_RATE = 16000 / 160 / 4
+
+
+def ltx2_audio(family: Family, sigma: float, batch: int) -> torch.Tensor:
+    """LTX-2's audio latent [B, frames, channels] at `sigma`, for as long as the video (its pixel frames at
+    LTX2_FRAME_RATE): on the straight path from a fixed noise to a fixed natural-spectrum latent (seed 0). The stand-in
+    generates the video; the audio stream runs beside it as if denoised along with it, and is never reduced."""
+    frames = (family.latent[1] - 1) * LTX_SCALE[0] + 1
+    length = round(frames / LTX2_FRAME_RATE * LTX2_AUDIO_RATE)
+    g = torch.Generator().manual_seed(0)
+    channels = family.config["audio_in_channels"]
+    noise = torch.randn(1, length, channels, generator=g)
+    clean = natural_latent((1, channels, length, 1), g).view(1, channels, length).transpose(1, 2)
+    return ((1 - sigma) * clean + sigma * noise).expand(batch, -1, -1)
+
+
+def _ltx2(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
+    """LTX-2 (text-to-video with its audio): the video latent packed as LTX-Video's, its frames, rows and columns at
+    the pipeline's frame rate (24), the scheduler's timestep (sigma * 1000, passed as `sigma` too, as the pipeline
+    does), the same text states for video and audio, the audio latent beside it (`ltx2_audio`); the pipeline's
+    x0 conversions undo each other: it steps with the video output as it is."""
+    b, c, f, h, w = latent.shape
+    audio = ltx2_audio(family, sigma, b)
+    mask = torch.ones(b, text.shape[1])
+    out = model(
+        hidden_states=latent.permute(0, 2, 3, 4, 1).reshape(b, f * h * w, c),
+        audio_hidden_states=audio,
+        encoder_hidden_states=text,
+        audio_encoder_hidden_states=text,
+        timestep=_per_sample(latent, sigma * 1000),
+        sigma=_per_sample(latent, sigma * 1000),
+        encoder_attention_mask=mask,
+        audio_encoder_attention_mask=mask,
+        num_frames=f,
+        height=h,
+        width=w,
+        fps=LTX2_FRAME_RATE,
+        audio_num_frames=audio.shape[1],
+        return_dict=False,
+    )[0]
+    return out.view(b, f, h, w, c).permute(0, 4, 1, 2, 3)
 
 
 def _zimage(model: nn.Module, family: Family, latent: torch.Tensor, sigma: float, text: torch.Tensor) -> torch.Tensor:
@@ -297,6 +401,7 @@ FAMILIES: dict[str, Family] = {
             "cap_feat_dim",
             128,
             _zimage,
+            text_at="last",
         ),
         Family(
             "lumina2",
@@ -349,6 +454,7 @@ FAMILIES: dict[str, Family] = {
             "joint_attention_dim",
             64,
             _sd3,
+            text_at="last",
         ),
         Family(
             "wan",
@@ -372,6 +478,81 @@ FAMILIES: dict[str, Family] = {
             "text_dim",
             128,
             _wan,
+            text_at="cross",
+        ),
+        Family(
+            "hunyuanvideo",
+            "HunyuanVideoTransformer3DModel",
+            {
+                "in_channels": 16,
+                "out_channels": 16,
+                "num_attention_heads": 3,
+                "attention_head_dim": 128,
+                "num_layers": 3,  # HunyuanVideo's 20 double-stream and 40 single-stream blocks: 1 to 2
+                "num_single_layers": 6,
+                "num_refiner_layers": 2,
+                "patch_size": 2,
+                "patch_size_t": 1,
+                "text_embed_dim": 128,
+                "pooled_projection_dim": 64,
+                "rope_theta": 256.0,
+                "rope_axes_dim": (16, 56, 56),
+            },
+            (16, 5, 24, 40),  # 17 frames at 320 x 192 px (its VAE: 4x in time, 8x in space): 5 x 12 x 20 tokens
+            32,
+            "text_embed_dim",
+            128,
+            _hunyuanvideo,
+            text_at="last",
+        ),
+        Family(
+            "ltx",
+            "LTXVideoTransformer3DModel",
+            {
+                "in_channels": 128,
+                "out_channels": 128,
+                "patch_size": 1,
+                "patch_size_t": 1,
+                "num_attention_heads": 6,  # LTX-Video rotates across its heads: six bands of 64 channels
+                "attention_head_dim": 64,
+                "cross_attention_dim": 384,
+                "num_layers": 8,
+                "caption_channels": 128,
+            },
+            (128, 5, 12, 20),  # 33 frames at 640 x 384 px (its VAE: 8x in time, 32x in space): 5 x 12 x 20 tokens
+            32,
+            "caption_channels",
+            64,
+            _ltx,
+            patch=1,
+            text_at="cross",
+        ),
+        Family(
+            "ltx2",
+            "LTX2VideoTransformer3DModel",
+            {
+                "in_channels": 128,
+                "out_channels": 128,
+                "patch_size": 1,
+                "patch_size_t": 1,
+                "num_attention_heads": 3,  # LTX-2's heads of 128, rotated across them as LTX-Video's
+                "attention_head_dim": 128,
+                "cross_attention_dim": 384,
+                "audio_in_channels": 32,
+                "audio_out_channels": 32,
+                "audio_num_attention_heads": 2,
+                "audio_attention_head_dim": 64,
+                "audio_cross_attention_dim": 128,
+                "num_layers": 8,
+                "caption_channels": 128,
+            },
+            (128, 5, 12, 20),  # 33 frames at 640 x 384 px (LTX-Video's VAE): 5 x 12 x 20 tokens, 34 audio frames
+            32,
+            "caption_channels",
+            128,
+            _ltx2,
+            patch=1,
+            text_at="cross",
         ),
     )
 }

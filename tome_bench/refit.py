@@ -25,10 +25,13 @@ The re-fitted construction, in every self-attention of a family with a rotary em
 
 The per-head RMS norms after q and k (norm_q, norm_k, and the text stream's) are set to the gain at which the logits
 come out in the units above. Single-stream blocks project text and image tokens with one projection, so their text
-tokens sit where the rotary embedding puts them (Flux.1: position (0, 0), a corner of the grid) with no sink; Wan's
-cross-attention stays tied (it has no positions); SD3.5 has no rotary embedding: its re-fitted stand-in reads its
-absolute sine-cosine position table through the query and key projections instead (`_sd3`), which gives the same
-cos(omega * delta) kernel as long as the table dominates what the projection reads.
+tokens sit where the rotary embedding puts them (Flux.1: position (0, 0), a corner of the grid; HunyuanVideo's text,
+after the video, is not rotated: the same) with no sink; Wan's, LTX-Video's and LTX-2's cross-attention,
+HunyuanVideo's token refiner and LTX-2's audio attentions stay tied (`_positional`); LTX-Video and LTX-2 rotate one
+embedding across their heads, each head a band of its frequencies (`ltx_bands`): each head's kernel is fitted on its
+own band, its sink pair the one that turns least from one token to the next. SD3.5 has no rotary embedding: its
+re-fitted stand-in reads its absolute sine-cosine position table through the query and key projections instead
+(`_sd3`), which gives the same cos(omega * delta) kernel as long as the table dominates what the projection reads.
 """
 
 from __future__ import annotations
@@ -97,8 +100,9 @@ class Refit:
 #: mean profile (docs/runs/2026-12-06-refit-standins).
 DEFAULTS: dict[str, Any] = {"depth": (1.0, 5.0), "content": 0.2, "text": 2.0}
 #: Per family, where its profile at sigma 0.5 needed another value: the text sink's strength by how many blocks
-#: have one (Qwen-Image: all twelve, Flux.1: four), Wan's content part (26 neighbours in 3-D spread its own-token
-#: share thinner), SD3.5's sink (its table-read kernel leaves image keys' level lower).
+#: have one (Qwen-Image: all twelve, Flux.1: four), Wan's and HunyuanVideo's content part (26 neighbours in 3-D
+#: spread its own-token share thinner), SD3.5's sink (its table-read kernel leaves image keys' level lower), LTX-2's
+#: depths.
 FITTED: dict[str, dict[str, Any]] = {
     "flux": {"text": 2.6},
     "chroma": {"text": 2.6},
@@ -106,6 +110,12 @@ FITTED: dict[str, dict[str, Any]] = {
     "qwen": {"text": 1.8},
     "sd3": {"text": 3.0},
     "wan": {"content": 1.2},
+    # HunyuanVideo: three double-stream blocks of nine draw the text over 1,200 video tokens; LTX-Video: as fitted on
+    # Flux.1; LTX-2: its heads of 128 hold twice LTX-Video's band each, its kernels fall further by depth 5 (own token
+    # 0.086 where the trained DiT's holds 0.046), so its heads' depths end at 4.2 (docs/runs/2026-12-06-refit-video,
+    # fit.log).
+    "hunyuanvideo": {"content": 0.7, "text": 4.5},
+    "ltx2": {"depth": (1.0, 4.2)},
 }
 
 
@@ -113,26 +123,54 @@ FITTED: dict[str, dict[str, Any]] = {
 class Rope:
     """A family's rotary embedding as its attention applies it to each head: consecutive channel pairs (2i, 2i + 1)
     rotate together, `axes` channels per position axis in order, pair k of an axis of D channels at the frequency
-    theta^(-2k / D); `grid`: the axes the image's (frames,) rows and columns run along."""
+    theta^(-2k / D); `grid`: the axes the image's (frames,) rows and columns run along. `bands`: where the rotation
+    runs across the heads (LTX-Video: one rotation over the whole inner dimension, each head a band of its
+    frequencies), each head's pairs as (axis, angular frequency per token; axis -1: a pair that does not turn)."""
 
     axes: tuple[int, ...]
     theta: float
     grid: tuple[int, ...]
+    bands: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
-    def pairs(self) -> list[tuple[int, float]]:
+    def pairs(self, head: int = 0) -> list[tuple[int, float]]:
         """(axis, angular frequency) of each channel pair of a head."""
+        if self.bands is not None:
+            return list(self.bands[head])
         return [(a, self.theta ** (-2 * k / d)) for a, d in enumerate(self.axes) for k in range(d // 2)]
+
+    def sink_of(self, head: int = 0) -> int:
+        """The sink pair of a head: the first axis's lowest frequency (image and text share that axis's position in
+        Flux.1, Chroma and Flux.2; elsewhere it turns by < 0.2 rad across the stand-in's positions); in bands, the
+        pair that turns least from one token to the next (a frequency near a multiple of 2 pi turns as little)."""
+        if self.bands is None:
+            return self.axes[0] // 2 - 1
+        pairs = self.bands[head]
+        turn = [0.0 if a < 0 else abs(math.remainder(w, 2 * math.pi)) for a, w in pairs]
+        return min(range(len(pairs)), key=turn.__getitem__)
 
     @property
     def sink(self) -> int:
-        """The sink pair: the first axis's lowest frequency (image and text share that axis's position in Flux.1,
-        Chroma and Flux.2; elsewhere it turns by < 0.2 rad across the stand-in's positions)."""
-        return self.axes[0] // 2 - 1
+        return self.sink_of(0)
+
+
+def ltx_bands(
+    inner: int, head_dim: int, scale: tuple[float, float, float], theta: float = 10000.0
+) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """LTX-Video's rotation (diffusers' LTXVideoRotaryPosEmbed) per head: inner // 6 frequencies per axis,
+    theta^(k / (n - 1)) * pi / 2 applied to 2 * position * scale / base - 1 (base 20 frames, 2048 rows and columns;
+    `scale` the pipeline's rope_interpolation_scale), the axes interleaved frequency by frequency, inner % 6
+    channels ahead of them unrotated; the pairs cut into heads of head_dim channels."""
+    n = inner // 6
+    base = (20.0, 2048.0, 2048.0)
+    pairs = [(-1, 0.0)] * ((inner % 6) // 2)
+    pairs += [(a, math.pi * theta ** (k / (n - 1)) * scale[a] / base[a]) for k in range(n) for a in range(3)]
+    half = head_dim // 2
+    return tuple(tuple(pairs[h * half : (h + 1) * half]) for h in range(inner // head_dim))
 
 
 #: Per family with a rotary embedding (diffusers 0.42: every family's attention rotates interleaved pairs with the
-#: standard frequencies; Flux.2's theta is 2000, Z-Image's 256; Wan splits a head into frames 44, rows and columns
-#: 42 each).
+#: standard frequencies; Flux.2's theta is 2000, Z-Image's and HunyuanVideo's 256; Wan splits a head into frames 44,
+#: rows and columns 42 each, HunyuanVideo into 16, 56 and 56; LTX-Video rotates across its heads, `ltx_bands`).
 ROPES: dict[str, Rope] = {
     "flux": Rope((16, 56, 56), 10000.0, (1, 2)),
     "chroma": Rope((16, 56, 56), 10000.0, (1, 2)),
@@ -141,6 +179,12 @@ ROPES: dict[str, Rope] = {
     "zimage": Rope((32, 48, 48), 256.0, (1, 2)),
     "lumina2": Rope((32, 32, 32), 10000.0, (1, 2)),
     "wan": Rope((44, 42, 42), 10000.0, (0, 1, 2)),
+    "hunyuanvideo": Rope((16, 56, 56), 256.0, (0, 1, 2)),
+    # The stand-in's 6 heads of 64 at the pipeline's scale (8 / 25 frame rate, 32, 32; dit_standin.LTX_SCALE).
+    "ltx": Rope((), 10000.0, (0, 1, 2), ltx_bands(384, 64, (8 / 25, 32.0, 32.0))),
+    # LTX-2's video stream: the same rotation over the stand-in's 3 heads of 128, in pixels (frames at 24 per second)
+    # at patch midpoints; its first latent frame sits 4.5 pixel frames before the second where the others are 8 apart.
+    "ltx2": Rope((), 10000.0, (0, 1, 2), ltx_bands(384, 128, (8 / 24, 32.0, 32.0))),
 }
 
 
@@ -156,14 +200,40 @@ def nonnegative_ridge(x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-2, ste
     return w
 
 
-def unit_kernel(omegas: torch.Tensor, length: float = LENGTH) -> torch.Tensor:
-    """Non-negative weights per frequency whose cosine sum, plus a free constant, best follows
-    -(1 - exp(-delta / length)) for delta = 0..FIT_SPAN (nearer positions weigh more): the kernel of depth 1."""
+def _kernel_problem(omegas: torch.Tensor, length: float) -> tuple[torch.Tensor, torch.Tensor]:
     d = torch.arange(FIT_SPAN + 1, dtype=torch.float64)
     x = torch.cat([torch.cos(d[:, None] * omegas[None].double()), -torch.ones(len(d), 1, dtype=torch.float64)], 1)
     y = -(1 - torch.exp(-d / length))
     weight = (1 + d).rsqrt()[:, None]
-    return nonnegative_ridge(x * weight, y * weight.squeeze(1))[:-1]
+    return x * weight, y * weight.squeeze(1)
+
+
+def unit_kernel(omegas: torch.Tensor, length: float = LENGTH) -> torch.Tensor:
+    """Non-negative weights per frequency whose cosine sum, plus a free constant, best follows
+    -(1 - exp(-delta / length)) for delta = 0..FIT_SPAN (nearer positions weigh more): the kernel of depth 1."""
+    return nonnegative_ridge(*_kernel_problem(omegas, length))[:-1]
+
+
+def unit_kernels(
+    omegas: list[torch.Tensor], length: float = LENGTH, ridge: float = 1e-2, steps: int = 20000
+) -> list[torch.Tensor]:
+    """`unit_kernel` of several sets of frequencies at once (the bands of LTX-Video's heads, per axis: one batched
+    projected gradient, each problem with its own step, a smaller problem padded with unknowns that stay zero; the
+    same weights as one by one, to 1e-15, in a tenth of the time)."""
+    n = max(len(w) for w in omegas) + 1
+    q = torch.zeros(len(omegas), n, n, dtype=torch.float64)
+    b = torch.zeros(len(omegas), n, dtype=torch.float64)
+    step = torch.zeros(len(omegas), 1, dtype=torch.float64)
+    for i, w in enumerate(omegas):
+        x, y = _kernel_problem(w, length)
+        m = x.shape[1]
+        qi = x.T @ x + ridge * torch.eye(m, dtype=torch.float64)
+        q[i, :m, :m], b[i, :m] = qi, x.T @ y
+        step[i] = 1 / float(torch.linalg.eigvalsh(qi).max())
+    w = torch.zeros(len(omegas), n, dtype=torch.float64)
+    for _ in range(steps):
+        w = (w - step * (torch.bmm(q, w.unsqueeze(-1)).squeeze(-1) - b)).clamp_min(0)
+    return [w[i, : len(o)] for i, o in enumerate(omegas)]  # the free constant (after them) dropped
 
 
 @dataclass(frozen=True)
@@ -174,22 +244,38 @@ class Design:
     unit: torch.Tensor  # [pairs]
     omegas: torch.Tensor  # [pairs]
     axis: torch.Tensor  # [pairs]
+    sink: int  # the sink pair (Rope.sink_of)
 
     @classmethod
-    def of(cls, rope: Rope) -> Design:
-        pairs = rope.pairs()
-        axis = torch.tensor([a for a, _ in pairs])
-        omegas = torch.tensor([w for _, w in pairs], dtype=torch.float64)
-        unit = torch.zeros(len(pairs), dtype=torch.float64)
-        for a in rope.grid:
-            on = (axis == a).nonzero().flatten().tolist()
-            on = [p for p in on if p != rope.sink]
-            unit[on] = unit_kernel(omegas[on])
-        return cls(rope, unit, omegas, axis)
+    def of(cls, rope: Rope, head: int = 0) -> Design:
+        """The kernel of a head (every head's alike but in LTX-Video's bands: those are fitted together)."""
+        key = (rope, head if rope.bands is not None else 0)
+        if key not in _DESIGNS:
+            heads = range(len(rope.bands)) if rope.bands is not None else [0]
+            found = []  # (head, pairs fitted, frequencies)
+            for h in heads:
+                pairs, sink = rope.pairs(h), rope.sink_of(h)
+                axis = torch.tensor([a for a, _ in pairs])
+                omegas = torch.tensor([w for _, w in pairs], dtype=torch.float64)
+                for a in rope.grid:
+                    on = [p for p in (axis == a).nonzero().flatten().tolist() if p != sink]
+                    found.append((h, on, omegas[on]))
+                _DESIGNS[(rope, h)] = cls(rope, torch.zeros(len(pairs), dtype=torch.float64), omegas, axis, sink)
+            if rope.bands is None:
+                units = [unit_kernel(w) for _, _, w in found]
+            else:
+                units = unit_kernels([w for _, _, w in found])
+            for (h, on, _), unit in zip(found, units):
+                _DESIGNS[(rope, h)].unit[on] = unit
+        return _DESIGNS[key]
 
     def logit(self, depth: float, delta: int) -> float:
         """The positional logit (less the sink's constant) of an image key `delta` away along every grid axis."""
         return depth * float((self.unit * torch.cos(self.omegas * delta)).sum())
+
+
+#: Design.of's fits, per rope and head (each fit is 20,000 projected-gradient steps).
+_DESIGNS: dict[tuple[Rope, int], Design] = {}
 
 
 def _linear_bias(linear: nn.Linear) -> torch.Tensor:
@@ -300,8 +386,18 @@ def _rope_placement(design: Design, depth: float, d: int) -> Placement:
     bias = torch.zeros(d, dtype=torch.float64)
     bias[0::2] = w.sqrt()
     content = (w == 0).repeat_interleave(2)
-    content[2 * design.rope.sink : 2 * design.rope.sink + 2] = False
-    return Placement(bias, None, float(w.sum()), design.logit(depth, SINK_AT), content, 2 * design.rope.sink)
+    content[2 * design.sink : 2 * design.sink + 2] = False
+    return Placement(bias, None, float(w.sum()), design.logit(depth, SINK_AT), content, 2 * design.sink)
+
+
+def _positional(name: str) -> bool:
+    """Whether an attention module (by its name in the model) gets the positional construction: not a
+    cross-attention (Wan's and LTX-Video's attn2: keys from the text, no positions), nor HunyuanVideo's token
+    refiner (self-attention over the text alone, before the blocks), nor LTX-2's audio attentions (its audio's self-
+    and text attention, audio to video and back); those are tied as the old stand-in ties them (where the query and
+    key read one width)."""
+    last = name.rsplit(".", 1)[-1]
+    return not last.endswith("attn2") and "audio" not in last and not name.startswith("context_embedder.")
 
 
 @torch.no_grad()
@@ -313,15 +409,14 @@ def surgery(model: nn.Module, family: Family, settings: Refit, seed: int = 0) ->
     settings = settings.resolved(family.name)
     d = family.head_dim
     attentions = list(_attentions(model))
-    selfs = [m for n, m in attentions if not n.endswith("attn2")]
+    selfs = [m for n, m in attentions if _positional(n)]
     tied_gain = math.sqrt(LOGIT_SCALE * float(STANDIN_VARIANTS["stand-in"]) / math.sqrt(d))  # type: ignore[arg-type]
     for name, module in attentions:
-        if name.endswith("attn2"):
+        if not _positional(name):
             tie(module, d, tied_gain)
     layouts = {id(m): streams(m, d) for m in selfs}
     moments = _second_moments(model, family, [s.q for ss in layouts.values() for s in ss])
     rope = ROPES.get(family.name)
-    design = Design.of(rope) if rope is not None else None
     per_module = [max(s.heads if s.k_heads == s.heads else 1 for s in layouts[id(m)]) for m in selfs]
     drawn = iter(depths(sum(per_module), settings, seed))
     for module, count in zip(selfs, per_module):
@@ -329,8 +424,8 @@ def surgery(model: nn.Module, family: Family, settings: Refit, seed: int = 0) ->
         image = next(s for s in layout if not s.text)
         module_depths = [next(drawn) for _ in range(count)]
         per_head = [module_depths[h * count // image.heads] for h in range(image.heads)]
-        if design is not None:
-            places = [_rope_placement(design, depth, d) for depth in per_head]
+        if rope is not None:
+            places = [_rope_placement(Design.of(rope, h), depth, d) for h, depth in enumerate(per_head)]
         else:
             places = [_table_placement(model, family, depth, d, moments[id(image.q)]) for depth in per_head]
         _set_module(layout, places, settings.content, settings.text, moments, d)
