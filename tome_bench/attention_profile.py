@@ -3,16 +3,22 @@ block and noise level, the mean over image queries (and heads, samples) of the a
 its 8 neighbours (Chebyshev distance 1 on the token grid; 26 on a video's), within distance 2 and 4 (own token
 included), and on the text; the largest single key's weight (mean over queries of the row's maximum); the key that
 receives the most (mean over queries of its weight: a sink when far above 1/N) and where it is; the entropy of a
-row over log N; the spread over heads of the share within distance 4 (local heads against global ones).
+row over log N; the spread over heads of the share within distance 4 (local heads against global ones). On a video
+(more than one frame) a row also holds the temporal shares: on the query's own position in the other frames, on it
+in the adjacent frames, and the mean weight per key by frame distance at the same position (`frame_rings`) and by
+spatial distance in the query's frame (`space_rings`).
 
-It runs on the trained Flux.1-class model (tome_bench.trained_dit, its committed evaluation crops, noise seed 0) and
-on every stand-in family (tome_bench.dit_standin: the natural-spectrum latent noised to each sigma, as `one_call`
+It runs on the trained Flux.1-class model (tome_bench.trained_dit, its committed evaluation crops, noise seed 0), on
+the trained Wan-class video model (`--models trained-wan`: tome_bench.trained_video, its committed evaluation clips),
+and on every stand-in family (tome_bench.dit_standin: the natural-spectrum latent noised to each sigma, as `one_call`
 does at 0.5), per stand-in variant (`--variants`: the tied "stand-in", the "refit" one of tome_bench.refit, rows
 "flux" and "flux refit"); then, per stand-in row, the factor by which each figure differs from the trained model's
-at the same sigma (`factors`). Attention is captured on `F.scaled_dot_product_attention` with a TorchFunctionMode.
+at the same sigma (`factors`; the Wan rows against the trained video model's where it was profiled). Attention is
+captured on `F.scaled_dot_product_attention` with a TorchFunctionMode.
 
     python -m tome_bench attention-profile --out docs/runs/2026-12-06-refit-standins/profile.json
     python -m tome_bench attention-profile --models trained,flux --variants refit --sigmas 0.5
+    python -m tome_bench attention-profile --models trained-wan,wan --variants stand-in,refit
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ from torch.overrides import TorchFunctionMode
 SIGMAS = (0.9, 0.5, 0.1)
 #: The figures of a row, in the table's order.
 FIELDS = ("own", "ring1", "within2", "within4", "text", "max_key", "sink_share", "entropy")
-#: Stand-ins whose diffusers model puts the image before the text in its joint sequence (the others put the text
-#: first; Wan's self-attention holds the video alone).
-IMAGE_FIRST = frozenset({"sd3", "zimage"})
 #: Rings whose mean weight per key the profile keeps (the fall-off with distance).
 RINGS = 9
+#: The trained models `--models` names, and their modules.
+TRAINED = {"trained": "trained_dit", "trained-wan": "trained_video"}
+#: The temporal figures of a video's row, in the table's order.
+TEMPORAL = ("own_other_frames", "own_adjacent_frames")
 #: The figures `factors` compares with the trained model's; the first four are the locality the refit aims at.
 COMPARED = ("own", "ring1", "within2", "within4", "text", "entropy")
 
@@ -132,6 +139,31 @@ class Profile(TorchFunctionMode):
             "entropy": entropy.item(),
             "heads_within4": within(d <= 4).mean(0).tolist(),
             "rings": (rings / counts).tolist(),  # mean weight per key at distance 0 .. RINGS - 1
+        } | (self.temporal(on_image) if lay.grid[0] > 1 else {})
+
+    def temporal(self, on_image: torch.Tensor) -> dict[str, Any]:
+        """A video's temporal figures from the image's attention on_image [B, H, n, n] (n = frames * rows * columns);
+        shares as `row`'s (mean over queries of the weight on a region), rings as weight per key."""
+        f, h, w = self.layout.grid
+        n, hw = f * h * w, h * w
+        p = on_image.reshape(*on_image.shape[:2], f, hw, f, hw)  # [B, H, F, s, F', s']
+        # [F, F']: the weight each frame's queries put on their own positions in each frame, summed over positions
+        at_own = torch.diagonal(p, dim1=3, dim2=5).mean((0, 1)).sum(-1)
+        # [s, s']: the weight each position's queries put on each position of their own frame, summed over frames
+        in_frame = torch.diagonal(p, dim1=2, dim2=4).mean((0, 1)).sum(-1)
+        frame = torch.arange(f)
+        apart = (frame[:, None] - frame[None]).abs()  # [F, F']
+        space = Layout(0, (1, h, w), 0).distance()  # [s, s']
+
+        def per_key(weights: torch.Tensor, mask: torch.Tensor, queries: int) -> float:
+            # the mean over queries of the weight on mask's keys, over the mean count of such keys a query has
+            return (weights[mask].sum() / n / (mask.sum() / queries)).item()
+
+        return {
+            "own_other_frames": (at_own[apart > 0].sum() / n).item(),
+            "own_adjacent_frames": (at_own[apart == 1].sum() / n).item(),
+            "frame_rings": [per_key(at_own, apart == j, f) for j in range(f)],
+            "space_rings": [per_key(in_frame, space == j, hw) for j in range(RINGS)],
         }
 
 
@@ -143,20 +175,30 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     heads = [h for r in rows for h in r["heads_within4"]]
     out |= {"heads_within4": [min(heads), max(heads)], "blocks": len(rows)}
     out["rings"] = [sum(r["rings"][j] for r in rows) / len(rows) for j in range(RINGS)]
+    for f in TEMPORAL if TEMPORAL[0] in rows[0] else ():
+        out[f] = sum(r[f] for r in rows) / len(rows)
+    for f in ("frame_rings", "space_rings") if TEMPORAL[0] in rows[0] else ():
+        out[f] = [sum(r[f][j] for r in rows) / len(rows) for j in range(len(rows[0][f]))]
     return out
 
 
 @torch.no_grad()
-def trained(sigmas: Sequence[float]) -> dict[str, Any]:
-    """The trained model's profile per sigma on the committed evaluation crops (noise seed 0, their labels)."""
-    from tome_bench import trained_dit
+def trained(sigmas: Sequence[float], name: str = "trained") -> dict[str, Any]:
+    """A trained model's profile (TRAINED: "trained", the Flux.1-class DiT; "trained-wan", the Wan-class video model)
+    per sigma on its committed evaluation crops or clips (noise seed 0, their labels)."""
+    import importlib
 
-    model = trained_dit.load()
-    x0, label = trained_dit.eval_set()
+    module = importlib.import_module(f"tome_bench.{TRAINED[name]}")
+    model = module.load()
+    x0, label = module.eval_set()
     side = x0.shape[-1] // 2
-    layout = Layout(trained_dit.TEXT, (1, side, side), trained_dit.TEXT)
+    if x0.dim() == 5:  # a video [N, C, F, H, W]: Wan's self-attention holds the video alone (text is cross-attended)
+        layout = Layout(0, (x0.shape[2], x0.shape[-2] // 2, side), 0)
+    else:
+        layout = Layout(module.TEXT, (1, side, side), module.TEXT)
     noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
-    out: dict[str, Any] = {"parameters": trained_dit.parameters(model), "grid": side, "crops": len(x0)}
+    grid = side if x0.dim() == 4 else list(layout.grid)
+    out: dict[str, Any] = {"parameters": module.parameters(model), "grid": grid, "crops": len(x0)}
     for sigma in sigmas:
         with Profile(layout) as profile:
             model((1 - sigma) * x0 + sigma * noise, torch.full((len(x0),), sigma), label)
@@ -173,10 +215,9 @@ def standin(name: str, sigmas: Sequence[float], seed: int = 0, variant: str = "s
 
     family = FAMILIES[name]
     model = build(family, VARIANTS[variant], seed)
-    frames = family.latent[1] if len(family.latent) == 4 else 1
-    grid = (frames, family.latent[-2] // 2, family.latent[-1] // 2)
-    text = 0 if name == "wan" else family.text  # Wan's text is cross-attended, not in its self-attention
-    layout = Layout(0 if name in IMAGE_FIRST else text, grid, text)
+    # Where the family's self-attention holds its text (first, last, or none: cross-attended) and its patch.
+    layout = Layout(*family.joint_layout())
+    frames, grid = family.grid[0], family.grid
     noise, natural, states = sample_inputs(family, seed)
     out: dict[str, Any] = {"grid": grid[1] if frames == 1 else list(grid)}
     for sigma in sigmas:
@@ -200,6 +241,26 @@ def table(results: dict[str, Any]) -> str:
             cells.append(f"{m['entropy']:.3f}")
             cells.append("{:.2f}-{:.2f}".format(*m["heads_within4"]))
             lines.append(f"| {name} | {sigma} | " + " | ".join(cells) + " |")
+    if any(TEMPORAL[0] in per["mean"] for r in results.values() for per in r.values() if isinstance(per, dict)):
+        lines += ["", temporal_table(results)]
+    return "\n".join(lines)
+
+
+def temporal_table(results: dict[str, Any]) -> str:
+    """A Markdown table of the video rows' temporal figures: the own position in other and adjacent frames, the mean
+    weight per key by frame distance (same position) and by spatial distance in the query's frame (0-4)."""
+    lines = ["| model | sigma | own, other frames | own, adjacent frames | per key by frame distance 0.. |"]
+    lines[0] += " per key by distance in its frame 0-4 |"
+    lines.append("|" + " --- |" * 6)
+    for name, result in results.items():
+        for sigma, per in result.items():
+            if not isinstance(per, dict) or TEMPORAL[0] not in per["mean"]:
+                continue
+            m = per["mean"]
+            cells = [f"{m[f]:.3f}" for f in TEMPORAL]
+            cells.append(" / ".join(f"{v:.4f}" for v in m["frame_rings"]))
+            cells.append(" / ".join(f"{v:.4f}" for v in m["space_rings"][:5]))
+            lines.append(f"| {name} | {sigma} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -213,12 +274,16 @@ def factor(value: float, reference: float) -> float | None:
 def factors(results: dict[str, Any], reference: str = "trained") -> str:
     """A Markdown table: per stand-in row and sigma, each COMPARED figure's factor from the reference model's at
     the same sigma, the worst of the locality figures (own to within 4) and the worst of all."""
-    base = results[reference]
     head = "| model | sigma | " + " | ".join(COMPARED) + " | worst (own..within 4) | worst (all) |"
     lines = [head, "|" + " --- |" * (len(COMPARED) + 4)]
     for name, result in results.items():
-        if name == reference:
+        if name in TRAINED:
             continue
+        # The Wan stand-ins against the trained video model where it was profiled.
+        against = "trained-wan" if name.split()[0] == "wan" and "trained-wan" in results else reference
+        if against not in results:
+            continue
+        base = results[against]
         for sigma, per in result.items():
             if not isinstance(per, dict) or sigma not in base:
                 continue
@@ -240,9 +305,11 @@ def blocks_log(results: dict[str, Any]) -> str:
             for i, r in enumerate(per["blocks"]):
                 figures = " ".join(f"{f} {r[f]:.3f}" for f in FIELDS)
                 rings = " ".join(f"{v:.4f}" for v in r["rings"])
-                lines.append(
-                    f"{name} sigma {sigma} block {i}: {figures} sink at {r['sink_at']}; per key by ring {rings}"
-                )
+                line = f"{name} sigma {sigma} block {i}: {figures} sink at {r['sink_at']}; per key by ring {rings}"
+                if TEMPORAL[0] in r:
+                    line += " ; " + " ".join(f"{f} {r[f]:.3f}" for f in TEMPORAL)
+                    line += "; per key by frame distance " + " ".join(f"{v:.4f}" for v in r["frame_rings"])
+                lines.append(line)
     return "\n".join(lines)
 
 
@@ -252,7 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tome_bench attention-profile", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--models", default="trained," + ",".join(FAMILIES), help="trained and stand-in families")
+    parser.add_argument(
+        "--models", default="trained," + ",".join(FAMILIES), help="trained models (trained, trained-wan), stand-ins"
+    )
     parser.add_argument(
         "--variants", default="stand-in,refit", help="stand-in variants (refit.VARIANTS; default stand-in,refit)"
     )
@@ -264,12 +333,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sigmas = [float(s) for s in args.sigmas.split(",")]
     results = {}
     for name in args.models.split(","):
-        for variant in ["trained"] if name == "trained" else args.variants.split(","):
+        for variant in ["trained"] if name in TRAINED else args.variants.split(","):
             key = name if variant in ("trained", "stand-in") else f"{name} {variant}"
-            results[key] = trained(sigmas) if name == "trained" else standin(name, sigmas, variant=variant)
+            results[key] = trained(sigmas, name) if name in TRAINED else standin(name, sigmas, variant=variant)
             print(f"{key}: done", flush=True)
     print(table(results))
-    if "trained" in results:
+    if "trained" in results or "trained-wan" in results:
         print()
         print(factors(results))
     print(blocks_log(results))

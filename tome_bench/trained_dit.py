@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -176,8 +176,8 @@ def flow_loss(
     model: TrainedDiT, x0: torch.Tensor, label: torch.Tensor, sigma: torch.Tensor, noise: torch.Tensor
 ) -> torch.Tensor:
     """Rectified flow: the model's velocity at x = (1 - sigma) x0 + sigma noise against noise - x0, mean squared.
-    x0, noise [B, 3, H, W]; sigma, label [B]."""
-    s = sigma.view(-1, 1, 1, 1)
+    x0, noise [B, 3, H, W] or [B, 3, F, H, W]; sigma, label [B]."""
+    s = sigma.view(-1, *[1] * (x0.ndim - 1))  # images [B, 3, H, W] and clips [B, 3, F, H, W] alike
     return F.mse_loss(model((1 - s) * x0 + s * noise, sigma, label), noise - x0)
 
 
@@ -235,18 +235,50 @@ def train(minutes: float, lr: float, seed: int, log_every: int, out: Path, eval_
     x_eval, label_eval = evals["latents"].float(), evals["labels"]
     pyramids = [latents(photo(name)) for name in PHOTOS]
     model = TrainedDiT(len(PHOTOS)).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
     sides = list(GRIDS)
     meta = {"config": dict(CONFIG), "photos": PHOTOS, "minutes": minutes, "lr": lr, "seed": seed}
     print(f"parameters {parameters(model)} photos {len(PHOTOS)} grids {dict(GRIDS)} lr {lr}", flush=True)
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        side = sides[step % len(sides)]
+        return crops(pyramids, side, GRIDS[side], g)
+
+    def held_out(m: nn.Module) -> list[float]:
+        return eval_loss(m, x_eval, label_eval, HELD_OUT)
+
+    loop(
+        model, batch, train_step, held_out, g, minutes, lr, log_every, lambda n: save(model, out, {**meta, "steps": n})
+    )
+
+
+#: The noise levels of the held-out loss the training logs.
+HELD_OUT = (0.1, 0.5, 0.9)
+
+
+def loop(
+    model: nn.Module,
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    step_fn: Callable[..., float],
+    held_out: Callable[[nn.Module], list[float]],
+    g: torch.Generator,
+    minutes: float,
+    lr: float,
+    log_every: int,
+    save_at: Callable[[int], None] | None = None,
+    max_steps: int | None = None,
+) -> int:
+    """The training loop the lab's trained models share: `minutes` of wall clock (or `max_steps`), AdamW with a
+    cosine learning rate over the minutes and 50 steps' warm-up; `batch(step)` -> (x0, label), `step_fn(model, opt,
+    x0, label, g)` -> loss. Logs the mean training loss every `log_every` steps and `held_out(model)` (at HELD_OUT)
+    every 10 logs, calling `save_at(step)` there and at the end. Returns the steps run."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
     start, step, recent = time.monotonic(), 0, []
-    while (elapsed := time.monotonic() - start) < minutes * 60:
+    while (elapsed := time.monotonic() - start) < minutes * 60 and (max_steps is None or step < max_steps):
         decay = 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * elapsed / (minutes * 60)))
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / 50) * decay
-        side = sides[step % len(sides)]
-        x0, label = crops(pyramids, side, GRIDS[side], g)
-        recent.append(train_step(model, opt, x0, label, g))
+        x0, label = batch(step)
+        recent.append(step_fn(model, opt, x0, label, g))
         step += 1
         if step % log_every == 0:
             rate = opt.param_groups[0]["lr"]
@@ -254,19 +286,22 @@ def train(minutes: float, lr: float, seed: int, log_every: int, out: Path, eval_
             recent = []
             if step % (10 * log_every) == 0:
                 model.eval()
-                held = eval_loss(model, x_eval, label_eval, (0.1, 0.5, 0.9))
+                held = held_out(model)
                 model.train()
                 line += " held-out(0.1/0.5/0.9) " + "/".join(f"{v:.4f}" for v in held)
-                save(model, out, {**meta, "steps": step})
+                if save_at is not None:
+                    save_at(step)
             print(line, flush=True)
     model.eval()
-    held = eval_loss(model, x_eval, label_eval, (0.1, 0.5, 0.9))
-    save(model, out, {**meta, "steps": step})
+    held = held_out(model)
+    if save_at is not None:
+        save_at(step)
     print(
         f"done: steps {step} min {(time.monotonic() - start) / 60:.1f} held-out(0.1/0.5/0.9) "
         + "/".join(f"{v:.4f}" for v in held),
         flush=True,
     )
+    return step
 
 
 def main(argv: Sequence[str] | None = None) -> int:
