@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tome_bench import attention_profile, dit_standin, refit
+from tome_bench import attention_profile, dit_families, dit_standin, refit
 
 #: The config keys of each family's block counts.
 _BLOCKS = ("num_layers", "num_single_layers", "n_layers", "n_refiner_layers", "num_refiner_layers")
@@ -86,10 +86,10 @@ def test_the_refit_kernel_turns_at_the_model_s_rotary_frequencies(name: str) -> 
     model = dit_standin.build(family, None)
     f, h, w = family.grid
     if name == "ltx":
-        scale = (dit_standin.LTX_SCALE[0] / dit_standin.LTX_FRAME_RATE, *dit_standin.LTX_SCALE[1:])
+        scale = (dit_families.LTX_SCALE[0] / dit_families.LTX_FRAME_RATE, *dit_families.LTX_SCALE[1:])
         cos, sin = (t[0] for t in model.rope(torch.zeros(1, f * h * w, 1), f, h, w, scale))
     elif name == "ltx2":
-        coords = model.rope.prepare_video_coords(1, f, h, w, "cpu", fps=dit_standin.LTX2_FRAME_RATE)
+        coords = model.rope.prepare_video_coords(1, f, h, w, "cpu", fps=dit_families.LTX2_FRAME_RATE)
         cos, sin = (t[0] for t in model.rope(coords))
     else:
         cos, sin = model.rope(torch.zeros(1, 1, *family.latent[1:]))

@@ -101,9 +101,10 @@ def test_the_panel_runs_wans_ladder_on_the_video_model(model: trained_video.Trai
 
 
 def test_the_fidelity_json_holds_the_figures_the_panel_computes(model: trained_video.TrainedWan) -> None:
-    """The cheapest case of the run's trained-fidelity.json, recomputed: at 4 steps and its 4 samples, the naive port's
-    change and Quality's (its last step reduced); each row's step reference at Wan 2.1 14B 832x480x81's speed."""
-    found = json.loads((RUN / "trained-fidelity.json").read_text())
+    """The cheapest case of the trained-fidelity.json Wan's presets now carry (docs/runs/2026-12-06-wan-redecided),
+    recomputed: at 4 steps and its 4 samples, the naive port's change and Quality's (its last two steps reduced);
+    each row's step reference at Wan 2.1 14B 832x480x81's speed."""
+    found = json.loads((RUN.parent / "2026-12-06-wan-redecided" / "trained-fidelity.json").read_text())
     assert found["model"] == "wan" and found["size"] == [832, 480, 81]
     rows = {r["name"]: r for r in found["rows"] if r["steps"] == 4}
     g = torch.Generator().manual_seed(0)

@@ -47,7 +47,7 @@ from torch import nn
 from tome_bench.dit_standin import VARIANTS as STANDIN_VARIANTS
 
 if TYPE_CHECKING:
-    from tome_bench.dit_standin import Family
+    from tome_bench.dit_families import Family
 
 #: The decay length of every head's positional kernel, in tokens (per axis): the trained model's mean profile
 #: (per key by ring 0.046, 0.026, 0.009, 0.004, 0.003, ...) is a mixture of heads of one such shape and depths.

@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tome_bench.dit_families import pack, unpack
 from tome_bench.dit_inputs import ids
-from tome_bench.dit_standin import pack, unpack
 
 #: The training photographs (scikit-image's wheel holds them; "motorcycle" is `stereo_motorcycle()`'s left view,
 #: "camera" is grey and repeated over RGB).

@@ -122,10 +122,18 @@ _FIDELITY_TRAINED = (
     "a Flux.1-class DiT trained here (tome_bench.trained_dit: 2.3 M parameters, 2 double + 4 single blocks, 32×32"
     " tokens of 8×8 px at a 1024 px scene's scale): 12 flow-matching Euler steps from white noise, 4 samples (2026-12-06)"
 )
-#: The families measured on the trained DiT (its class is theirs).
-_TRAINED_FAMILIES = frozenset({"flux"})
+_FIDELITY_TRAINED_VIDEO = (
+    "a Wan-class video DiT trained here (tome_bench.trained_video: 2.1 M parameters, 6 blocks, 5 latent frames of"
+    " 16×16 tokens, camera moves over photographs at a scene's scale): 12 flow-matching Euler steps from white noise,"
+    " 4 samples (2026-12-06)"
+)
 #: What users read of where a DiT figure comes from (`tome_core.words.change_words`).
 TRAINED_WORDS = "on a DiT trained here, 12 steps"
+TRAINED_VIDEO_WORDS = "on a video DiT trained here, 12 steps"
+#: The families measured on a model trained here (its class is theirs): the record, and its words.
+_TRAINED: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {"flux": (_FIDELITY_TRAINED, TRAINED_WORDS), "wan": (_FIDELITY_TRAINED_VIDEO, TRAINED_VIDEO_WORDS)}
+)
 
 
 def _fidelity(
@@ -138,14 +146,17 @@ def _fidelity(
         "sdxl": Fidelity(reference, sdxl[0], _FIDELITY_SDXL, sdxl[1]),
     }
     for family, (held_to, generation) in dits.items():
-        assert family in _TRAINED_FAMILIES, family  # no figure from attention unlike a trained model's
-        held[family] = Fidelity(held_to, None, _FIDELITY_TRAINED, generation, TRAINED_WORDS)
+        assert family in _TRAINED, family  # no figure from attention unlike a trained model's
+        record, words = _TRAINED[family]
+        held[family] = Fidelity(held_to, None, record, generation, words)
     return _frozen(held)
 
 
-def _kv(cells: int, block_start: float, frames: int = 1) -> Mapping[str, Any]:
-    """Keys/values subsampled over cells x cells tokens (and `frames` frames) from `block_start` of the depth on."""
-    return _frozen({"mode": "kv", "sx": cells, "sy": cells, "st": frames, "block_start": block_start})
+def _kv(cells: int, block_start: float, frames: int = 1, rows: int | None = None) -> Mapping[str, Any]:
+    """Keys/values subsampled over cells x cells tokens (`rows` rows where not `cells`; and `frames` frames) from
+    `block_start` of the depth on."""
+    sy = cells if rows is None else rows
+    return _frozen({"mode": "kv", "sx": cells, "sy": sy, "st": frames, "block_start": block_start})
 
 
 def _late(fields: Mapping[str, Any], step_start: float) -> Mapping[str, Any]:
@@ -172,10 +183,22 @@ _FLUX_MERGED = _frozen({"mode": "merge", "ratio": 0.75, "sx": 2, "sy": 2, "block
 #: (tome_bench.gpu_estimate.HIDDEN), which hides them at every size in the table: every block reduces. No setting
 #: tried stays within the change of dropping steps for the same time on the trained DiT (the words say by how much).
 _DIT_IMAGE = (_late(_kv(2, 0.0), 0.75), _late(_kv(2, 0.0), 0.5), _late(_kv(3, 0.0), 0.5), _late(_kv(3, 0.0), 0.25))
+#: Wan, re-decided on the Wan-class video DiT trained here (tome_bench.trained_video; its attention falls off in
+#: time as in space, docs/dit.md): from half of the steps on, Quality keeps one key of each pair of columns (1.18x
+#: at 832x480x81 where 2x2 from three quarters of the steps gave 1.13x, for as much change at 8 steps and less at 4),
+#: and Fast one of each 2x2 cell of every other frame (1.37x, changing a generation 6-14% less than 3x3 cells at
+#: 1.38x at 4, 8 and 12 steps); Balanced and Fastest stay (docs/runs/2026-12-06-trained-video: sweep.log).
+_DIT_WAN = (
+    _late(_kv(2, 0.0, rows=1), 0.5),
+    _late(_kv(2, 0.0), 0.5),
+    _late(_kv(2, 0.0, frames=2), 0.5),
+    _late(_kv(3, 0.0), 0.25),
+)
 _DIT_LADDERS: Mapping[str, tuple[Mapping[str, Any], ...]] = _frozen(
     {
         "flux": tuple(_late(_FLUX_MERGED, start) for start in (0.75, 0.5, 0.25, 0.0)),
-        **{family.name: _DIT_IMAGE for family in DIT_FAMILIES if family.name != "flux"},
+        "wan": _DIT_WAN,
+        **{family.name: _DIT_IMAGE for family in DIT_FAMILIES if family.name not in ("flux", "wan")},
     }
 )
 
@@ -203,6 +226,7 @@ _PRESETS: tuple[Preset, ...] = (
             (1.0, 1.0),
             (1.0, 1.0),
             flux=(_PORT, 0.16),
+            wan=(_STEPS, 3.70),
         ),
     ),
     Preset(
@@ -222,6 +246,7 @@ _PRESETS: tuple[Preset, ...] = (
             (0.94, 1.24),
             (0.92, 1.37),
             flux=(_STEPS, 4.15),
+            wan=(_STEPS, 2.95),
         ),
     ),
     Preset(
@@ -241,6 +266,7 @@ _PRESETS: tuple[Preset, ...] = (
             (1.40, 1.50),
             (1.18, 1.78),
             flux=(_STEPS, 9.37),
+            wan=(_STEPS, 3.90),
         ),
     ),
     Preset(
@@ -260,6 +286,7 @@ _PRESETS: tuple[Preset, ...] = (
             (2.26, 2.19),
             (1.43, 2.17),
             flux=(_STEPS, 8.49),
+            wan=(_STEPS, 4.88),
         ),
     ),
 )
