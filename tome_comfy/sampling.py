@@ -523,11 +523,11 @@ class _Run:
 
         def callback(step: int, *rest: Any, **kw: Any) -> Any:
             nonlocal seen
-            stats = tome_core.stats(unet)
-            runs = (stats.window_runs or 0) if stats is not None else 0
-            if runs > seen and 0 <= int(step) < total and inside[int(step)]:
-                self.window_ran += 1
-            seen = runs
+            if 0 <= int(step) < total and inside[int(step)]:  # the core's counts read in the window's steps only
+                stats = tome_core.stats(unet)
+                runs = (stats.window_runs or 0) if stats is not None else 0
+                self.window_ran += runs > seen
+                seen = runs
             tome_core.set_step(unet, *place(int(step) + 1))  # called after step `step`: the next one runs
             return original(step, *rest, **kw) if original is not None else None
 
