@@ -513,3 +513,17 @@ def test_step_window_that_excludes_every_step_is_noted(models: dict[str, torch.n
     assert processed.extra_generation_params["ToMe note"] == (
         "merged in 0 of 3 blocks (the step window excluded every step)"
     )
+
+
+def test_generation_interrupted_before_the_step_window_says_so(models: dict[str, torch.nn.Module]) -> None:
+    """Interrupted at the second of three steps, before a window of the last half: the window was never reached, it
+    did not exclude every step (the image A1111 saves after an interrupt carries the note)."""
+    webui = make("1.10", models)
+    sampler = FakeSampler(webui, run_unet=True, stop_at=("first", 1))
+    _, processed = webui.txt2img(custom_args(step_start=0.5), sampler=sampler)
+    assert processed.extra_generation_params["ToMe note"] == (
+        "merged in 0 of 3 blocks (the generation stopped after step 1 of 3, before the step window)"
+    )
+    sampler = FakeSampler(webui, run_unet=True, stop_at=("first", 2))
+    _, processed = webui.txt2img(custom_args(step_start=0.3), sampler=sampler)
+    assert "ToMe note" not in processed.extra_generation_params  # step 2 of 3 ran, in a window from 0.3

@@ -83,6 +83,7 @@ class Run:
     pass_name: str | None = None  # the pass now sampling
     pass_unet: nn.Module | None = None
     pass_steps: int = 0
+    pass_progress: tuple[int, int] | None = None  # (sampler step, of steps) last reported in the pass, where known
     watched: set[int] = field(default_factory=set)  # ids of the UNets whose calls the host adapter watches
 
 
@@ -225,7 +226,7 @@ def pass_name(run: Run, *, is_hr_pass: bool) -> str:
 
 
 def start_pass(run: Run, name: str, unet: nn.Module | None) -> None:
-    run.pass_name, run.pass_unet, run.pass_steps = name, unet, 0
+    run.pass_name, run.pass_unet, run.pass_steps, run.pass_progress = name, unet, 0, None
     if unet is not None:
         tome_core.reset_stats(unet)
 
@@ -241,7 +242,9 @@ def finish_pass(run: Run) -> None:
     if stats is None or not (stats.unet_calls or run.pass_steps):
         return
     transformer = tome_core.find_layout(tome_core.find_model(unet)) is not None
-    new = report.PassReport(stats=stats, steps=run.pass_steps, transformer=transformer)
+    progress = run.pass_progress
+    stopped = progress if progress is not None and progress[0] + 1 < progress[1] else None
+    new = report.PassReport(stats=stats, steps=run.pass_steps, transformer=transformer, stopped=stopped)
     old = run.reports.get(name)  # a refiner took over mid-pass: keep whichever model fell short
     if old is None or report.explain(old) is None or report.explain(new) is not None:
         run.reports[name] = new
@@ -357,8 +360,16 @@ def on_cfg_denoiser(params: Any) -> None:
             finish_pass(run)
             start_pass(run, pass_name(run, is_hr_pass=is_hr_pass), unet)
         run.pass_steps += 1
+        run.pass_progress = _progress(params)
     if unet is not None and tome_core.is_patched(unet):
         tome_core.set_step(unet, params.sampling_step, params.total_sampling_steps)
+
+
+def _progress(params: Any) -> tuple[int, int] | None:
+    """(the sampler step now running, of how many), from the denoiser callback's parameters; None where they do not
+    say."""
+    step, total = getattr(params, "sampling_step", None), getattr(params, "total_sampling_steps", None)
+    return (step, total) if isinstance(step, int) and isinstance(total, int) and total > 0 else None
 
 
 def on_unet_call(owner: weakref.ReferenceType[Any], model: Any) -> None:

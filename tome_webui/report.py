@@ -50,6 +50,7 @@ class PassReport:
     stats: TomeStats
     steps: int
     transformer: bool = False  # a diffusion transformer (blocks, not UNet levels)
+    stopped: tuple[int, int] | None = None  # (last step run, from 0, of steps): the pass stopped early (an interrupt)
 
 
 def _levels(levels: frozenset[int]) -> str:
@@ -81,6 +82,9 @@ def explain(report: PassReport) -> str | None:
     if s.planned < s.selected:
         if s.block_calls == 0:
             reasons.append(f"the blocks ran without ToMe's hooks: another extension replaced them, or {STALE_GRAPH}")
+        elif s.active_calls == 0 and report.stopped is not None:
+            step, total = report.stopped
+            reasons.append(f"the generation stopped after step {step + 1} of {total}, before the step window")
         elif s.active_calls == 0:
             reasons.append("the step window excluded every step")
         elif dit:

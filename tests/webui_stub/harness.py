@@ -120,6 +120,7 @@ class FakeSampler:
         *,
         run_unet: bool = False,
         fail_at: tuple[str, int] | None = None,
+        stop_at: tuple[str, int] | None = None,
         refiner: nn.Module | None = None,
         refiner_switch_at: int = 1,
         latent: int = 8,
@@ -128,6 +129,7 @@ class FakeSampler:
         self.latent = latent  # the first pass's latent side; the hires pass's is twice it
         self.run_unet = run_unet
         self.fail_at = fail_at
+        self.stop_at = stop_at  # (pass, step): interrupted there; the sampler returns its last latent, as A1111's
         self.refiner = refiner
         self.refiner_switch_at = refiner_switch_at
         self.records: list[StepRecord] = []
@@ -138,6 +140,8 @@ class FakeSampler:
         inputs = tiny_models.make_inputs(batch=1, height=size, width=size, seed=7)
         out = None
         for step in range(steps):
+            if self.stop_at == (pass_name, step):
+                break  # sd_samplers_common.InterruptedException, caught by launch_sampling
             if self.refiner is not None and pass_name != "hires" and step == self.refiner_switch_at:
                 sd_models.reload_model_weights(info=self.refiner)  # like sd_samplers_common.apply_refiner
             script_callbacks.cfg_denoiser_callback(self.webui.cfg_params(p, step, steps))
