@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tome_core
 from tome_bench.fidelity import references
@@ -148,3 +149,53 @@ def test_outputs_made_directly_on_the_meta_device_trace_the_same_operations(monk
     fast = traces()
     monkeypatch.setattr(gpu_estimate, "_META_OUTPUTS", {})
     assert traces() == fast
+
+
+def _layout(t: Any) -> tuple[Any, ...]:
+    return tuple(t.shape), t.dtype, t.stride(), t.untyped_storage().nbytes()
+
+
+def test_each_output_made_directly_is_the_meta_function_s_and_the_rest_are_left_to_it() -> None:
+    """Case by case, what the trace makes itself has the shape, dtype, strides and storage of the meta function's
+    output: a hand-written RMS norm (diffusers'), the fused one, a modulation broadcast over the tokens, an integer
+    key, a clamp; it leaves to the meta function what it could get wrong (a size-1 dimension between others takes
+    its stride from a tie-break there); and a warm-up call records nothing."""
+    from tome_bench import gpu_estimate
+
+    aten = torch.ops.aten
+    meta = functools.partial(torch.empty, device="meta")
+    x16, x32, w16 = meta(1, 64, 32, dtype=torch.float16), meta(1, 64, 32), meta(32, dtype=torch.float16)
+    var, shift, key = meta(1, 64, 1), meta(1, 1, 32), meta((), dtype=torch.int64)
+    made = [
+        (aten.pow.Tensor_Scalar, (x32, 2)),
+        (aten.mean.dim, (x32, [-1], True)),
+        (aten.mean.dim, (meta(2, 8, 64, 32), [1, -1])),
+        (aten.rsqrt.default, (var,)),
+        (aten.mul.Tensor, (x32, var)),
+        (aten.mul.Tensor, (x16, w16)),
+        (aten.add.Tensor, (shift, x32)),
+        (aten.div.Tensor, (meta(2, 4, 8), meta(4, 8))),
+        (aten.mul.Tensor, (key, 73244475)),
+        (aten.add.Tensor, (key, 1)),
+        (aten.neg.default, (x16,)),
+        (aten.clamp.default, (x32, -1.0, 1.0)),
+        (F.rms_norm, (x16, (32,), w16, 1e-6)),
+    ]
+    for op, args in made:
+        out = gpu_estimate._META_OUTPUTS[op](*args)
+        assert out is not NotImplemented and _layout(out) == _layout(op(*args)), op
+    left = [
+        (aten.mul.Tensor, (meta(2, 1, 32), meta(1, 1, 32))),  # a size-1 dimension after the batch's
+        (aten.mul.Tensor, (x32.transpose(1, 2), meta(1, 32, 1))),  # not contiguous
+        (aten.add.Tensor, (x16, x32)),  # promotion
+        (aten.div.Tensor, (key, 2)),  # an integer divided: a float
+        (aten.mul.Tensor, (key, 0.5)),
+        (aten.mean.dim, (x32, None)),
+        (F.rms_norm, (x16, (32,), meta(32), 1e-6)),  # a float32 weight
+    ]
+    for op, args in left:
+        assert gpu_estimate._META_OUTPUTS[op](*args) is NotImplemented, op
+    warm, out = trace(lambda: (x32 * var).mean(-1, keepdim=True), record_ops=False)
+    recorded, again = trace(lambda: (x32 * var).mean(-1, keepdim=True))
+    assert warm.ops == [] and warm.peak_bytes == 0 and [op.name for op in recorded.ops] == ["mul", "mean"]
+    assert _layout(out) == _layout(again)

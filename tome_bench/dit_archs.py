@@ -477,7 +477,7 @@ def trace_call(arch: DitArch, model: nn.Module, size: Size, apply: Callable[[nn.
         # The call a step window reduces: a preset's figure is its reduced steps' (the words name the window).
         tome_core.set_step(model, 99, 100)
     try:
-        trace(lambda: model(**kwargs))
+        trace(lambda: model(**kwargs), record_ops=False)
         found, _ = trace(lambda: model(**kwargs))
     finally:
         if apply is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,10 +157,50 @@ def _group_norm(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, hw: int
 
 def _binary(a: torch.Tensor, b: Any, *_: Any, **__: Any) -> Any:
     """Two operands of one shape, dtype and layout, or a float tensor and a Python number: no broadcast, no
-    promotion."""
+    promotion; or float operands of one dtype, each with the strides `torch.empty` gives its shape, broadcast to a
+    shape with no size-1 dimension after the leading ones (the batch): contiguous (a size-1 dimension between others
+    takes its stride from the meta function's tie-break)."""
     same = isinstance(b, torch.Tensor) and (b.shape, b.dtype, b.stride()) == (a.shape, a.dtype, a.stride())
     number = isinstance(b, (int, float)) and not isinstance(b, bool) and a.is_floating_point()
-    return _like(a) if same or number else NotImplemented
+    if same or number:
+        return _like(a)
+    if not (isinstance(b, torch.Tensor) and b.dtype == a.dtype and b.device == a.device and a.is_floating_point()):
+        return NotImplemented
+    try:
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+    except RuntimeError:
+        return NotImplemented
+    dense = all(t.stride() == torch.empty(t.shape, device="meta").stride() for t in (a, b))
+    inner = list(itertools.dropwhile(lambda n: n == 1, shape))
+    return torch.empty(shape, dtype=a.dtype, device=a.device) if dense and 1 not in inner else NotImplemented
+
+
+def _integer(a: torch.Tensor, b: Any, *_: Any, **__: Any) -> Any:
+    """`_binary`, or an integer tensor and a Python int (a sum or product: the tensor's dtype)."""
+    if isinstance(b, int) and not isinstance(b, bool) and not (a.is_floating_point() or a.is_complex()):
+        return _like(a) if a.dtype != torch.bool else NotImplemented
+    return _binary(a, b)
+
+
+def _float_like(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """One float tensor's elementwise operation, its other arguments Python numbers (or None): `_like`."""
+    numbers = all(v is None or type(v) in (int, float) for v in (*args, *kwargs.values()))
+    return _like(x) if numbers and x.is_floating_point() else NotImplemented
+
+
+def _mean(x: torch.Tensor, dim: Any, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    """A contiguous float tensor's mean over `dim` (not over every dimension, not in another dtype): contiguous."""
+    if dtype is not None or not x.is_floating_point() or not dim or x.dim() == 0 or not x.is_contiguous():
+        return NotImplemented
+    dims = {d % x.dim() for d in ([dim] if isinstance(dim, int) else dim)}
+    shape = [1 if i in dims else n for i, n in enumerate(x.shape) if keepdim or i not in dims]
+    return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+def _rms_norm(x: torch.Tensor, normalized_shape: Any, weight: Any = None, eps: Any = None) -> Any:
+    """A fused RMS norm's output for a contiguous input (and a weight, if any, of its dtype): contiguous, its dtype."""
+    plain = x.is_contiguous() and (weight is None or weight.dtype == x.dtype)
+    return torch.empty_like(x) if plain else NotImplemented
 
 
 def _attention(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -180,9 +221,15 @@ _META_OUTPUTS: dict[Any, Callable[..., Any]] = {
     torch.ops.aten.native_group_norm.default: _group_norm,
     torch.ops.aten.gelu.default: _like,
     torch.ops.aten.silu.default: _like,
-    torch.ops.aten.add.Tensor: _binary,
-    torch.ops.aten.mul.Tensor: _binary,
+    torch.ops.aten.add.Tensor: _integer,
+    torch.ops.aten.mul.Tensor: _integer,
     torch.ops.aten.div.Tensor: _binary,
+    torch.ops.aten.neg.default: _float_like,
+    torch.ops.aten.rsqrt.default: _float_like,
+    torch.ops.aten.pow.Tensor_Scalar: _float_like,
+    torch.ops.aten.clamp.default: _float_like,
+    torch.ops.aten.mean.dim: _mean,
+    F.rms_norm: _rms_norm,
 }
 
 
@@ -196,19 +243,27 @@ class _Record(TorchDispatchMode):
 
     def allocated(self, out: Any, inputs: Iterable[Any]) -> None:
         """Count `out`'s storages that are new (not an input's: a view or an in-place result is not), after letting
-        go of those no tensor holds any more, into the trace's `peak_bytes`."""
-        for key, (ref, size) in list(self.live.items()):
-            if ref.expired():
-                del self.live[key]
-                self.held -= size
+        go of those no tensor holds any more, into the trace's `peak_bytes`. They are swept out of `held` only when
+        it passes the peak, as the peak cannot rise before (a sweep at every operation took a sixth of a trace)."""
         given = {StorageWeakRef(t.untyped_storage()).cdata for t in _tensors(list(inputs))}
         for t in _tensors([out]):
             ref = StorageWeakRef(t.untyped_storage())
-            if ref.cdata not in given and ref.cdata not in self.live:
-                size = float(t.untyped_storage().nbytes())
-                self.live[ref.cdata] = (ref, size)
-                self.held += size
-        self.trace.peak_bytes = max(self.trace.peak_bytes, self.held)
+            if ref.cdata in given:
+                continue
+            before = self.live.get(ref.cdata)
+            if before is not None:
+                if not before[0].expired():
+                    continue
+                self.held -= before[1]
+            size = float(t.untyped_storage().nbytes())
+            self.live[ref.cdata] = (ref, size)
+            self.held += size
+        if self.held > self.trace.peak_bytes:
+            for key, (ref, size) in list(self.live.items()):
+                if ref.expired():
+                    del self.live[key]
+                    self.held -= size
+            self.trace.peak_bytes = max(self.trace.peak_bytes, self.held)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -284,11 +339,14 @@ class _Fused(TorchFunctionMode):
 
     def rms_norm(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One kernel that reads the input (and weight) and writes the output, in the input's dtype."""
-        self.record.muted += 1
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            self.record.muted -= 1
+        fast = _META_OUTPUTS.get(func) if args and args[0].device.type == "meta" else None
+        out = NotImplemented if fast is None else fast(*args, **kwargs)
+        if out is NotImplemented:
+            self.record.muted += 1
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                self.record.muted -= 1
         if not self.record.muted:
             self.record.allocated(out, args)
             weight = args[2] if len(args) > 2 else kwargs.get("weight")
@@ -297,14 +355,16 @@ class _Fused(TorchFunctionMode):
         return out
 
 
-def trace(fn: Callable[[], Any]) -> tuple[Trace, Any]:
+def trace(fn: Callable[[], Any], record_ops: bool = True) -> tuple[Trace, Any]:
     """Run `fn()` (on meta tensors: nothing is computed) and record what a GPU would run: (trace, fn's result).
+    `record_ops` False: the same call with the same outputs, recording nothing (a warm-up call; an empty trace).
 
     Runs under `no_grad`, not `inference_mode`, so that composite operations (linear, layer_norm, ...) reach the
     recorder as the kernels they run (addmm, native_layer_norm, ...).
     """
     result_trace = Trace()
     record = _Record(result_trace)
+    record.muted = 0 if record_ops else 1
     with torch.no_grad(), _Fused(record), record:
         result = fn()
     return result_trace, result
@@ -495,7 +555,7 @@ def trace_call(
         return trace(lambda: unet(*args, **kwargs))[0]
     apply(unet)
     try:
-        trace(lambda: unet(*args, **kwargs))
+        trace(lambda: unet(*args, **kwargs), record_ops=False)
         tr, _ = trace(lambda: unet(*args, **kwargs))
     finally:
         remove(unet)
